@@ -1,0 +1,143 @@
+"""The `fairbroker` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+
+import click
+
+from allocator import table1 as table1_module
+from allocator.errors import FairbrokerError
+from allocator.policy import SCHEDULERS, Selection, Ties
+from allocator.scenario import load_scenario
+from allocator.state import Mode
+from allocator.trials import FillSummary, run_trials
+
+
+def _choice(enum: type) -> click.Choice:
+    return click.Choice([e.value for e in enum], case_sensitive=False)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="fairbroker")
+def cli() -> None:
+    """Fair multi-resource scheduling for heterogeneous clusters (DRF, PS-DSF, rPS-DSF, TSF,
+    BF-DRF)."""
+
+
+def _render_fill(summary: FillSummary) -> str:
+    c = summary.cluster
+    width = max(8, *(len(a) for a in c.agent_names)) + 2
+    name_width = max(10, *(len(f) for f in c.framework_names)) + 2
+    lines = [
+        f"{summary.scheduler} / {summary.selection} / {summary.mode}, ties {summary.ties}, "
+        f"{summary.trials} trial(s), seed {summary.seed}",
+        "mean tasks x_{n,i} (sample sd over trials)",
+        " " * name_width + "".join(f"{a:>{width + 8}}" for a in c.agent_names) + f"{'total':>12}",
+    ]
+    for n, f in enumerate(c.framework_names):
+        cells = "".join(
+            f"{summary.tasks_mean[n, i]:>{width}.2f} ({summary.tasks_std[n, i]:5.2f})"
+            for i in range(c.n_agents)
+        )
+        lines.append(f"{f:<{name_width}}{cells}{summary.tasks_mean[n].sum():>12.2f}")
+    std = summary.totals.std(ddof=1) if summary.trials > 1 else 0.0
+    lines.append(f"total tasks: {summary.totals.mean():.2f} (sd {std:.2f})")
+    if summary.optimum is not None:
+        lines.append(
+            f"optimum: {summary.optimum.tasks} tasks (MILP), LP relaxation "
+            f"{summary.optimum.lp_tasks:.2f}"
+        )
+    util = ", ".join(f"{r} {u:.1%}" for r, u in zip(c.resources, summary.utilization, strict=False))
+    lines.append(f"allocated: {util}")
+    lines.extend(f"note: {note}" for note in summary.notes)
+    return "\n".join(lines)
+
+
+@cli.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option(
+    "--scheduler",
+    "-s",
+    type=click.Choice(list(SCHEDULERS), case_sensitive=False),
+    required=True,
+    help="Fairness criterion.",
+)
+@click.option(
+    "--selection",
+    type=_choice(Selection),
+    default=None,
+    help="Server selection (default: the scheduler's, RRR or bestfit for BF-DRF).",
+)
+@click.option("--mode", type=_choice(Mode), default=Mode.CHARACTERIZED.value, show_default=True)
+@click.option("--ties", type=_choice(Ties), default=Ties.RANDOM.value, show_default=True)
+@click.option("--trials", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--optimum/--no-optimum",
+    default=None,
+    help="Solve the MILP/LP bound (default: when the instance is small enough).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def fill(
+    scenario: str,
+    scheduler: str,
+    selection: str | None,
+    mode: str,
+    ties: str,
+    trials: int,
+    seed: int,
+    optimum: bool | None,
+    as_json: bool,
+) -> None:
+    """Progressive filling of SCENARIO until no task fits anywhere, repeated TRIALS times."""
+    cluster = load_scenario(scenario)
+    summary = run_trials(
+        cluster,
+        scheduler,
+        selection,
+        mode,
+        ties,
+        trials,
+        seed,
+        with_optimum=optimum,
+        progress=not as_json and sys.stderr.isatty(),
+    )
+    click.echo(json.dumps(summary.to_json()) if as_json else _render_fill(summary))
+
+
+@cli.command()
+@click.option("--trials", type=click.IntRange(min=2), default=2000, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--ties", type=_choice(Ties), default=Ties.RANDOM.value, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def table1(trials: int, seed: int, ties: str, as_json: bool) -> None:
+    """Paper 002 Tables I and II beside ours, with the difference."""
+    rows = table1_module.compare(trials, seed, ties, progress=not as_json and sys.stderr.isatty())
+    if as_json:
+        click.echo(
+            json.dumps(
+                {"trials": trials, "seed": seed, "ties": ties, "rows": [r.to_json() for r in rows]}
+            )
+        )
+    else:
+        click.echo(table1_module.render(rows))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point: user errors become one line on stderr and exit status 2."""
+    try:
+        cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)
+    except click.Abort:
+        click.echo("fairbroker: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as error:
+        click.echo(f"fairbroker: error: {error.format_message()}", err=True)
+        sys.exit(2)
+    except FairbrokerError as error:
+        click.echo(f"fairbroker: error: {error}", err=True)
+        sys.exit(2)

@@ -1,0 +1,61 @@
+"""Progressive filling (paper 002 Sec. III): serve the lowest criterion, one grant at a time,
+until no task fits anywhere.
+
+Characterized mode grants one task of d_n; oblivious mode hands the chosen framework the
+agent's whole remainder, of which it keeps the whole tasks that fit (up to its limit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from allocator.policy import Selection, Ties, scheduler
+from allocator.policy.base import Criterion
+from allocator.policy.selection import make_selector
+from allocator.state import AllocationState, Grant, Mode
+
+
+def progressive_fill(
+    state: AllocationState,
+    criterion: Criterion,
+    selection: Selection | str,
+    rng: np.random.Generator,
+    ties: Ties | str = Ties.RANDOM,
+    max_grants: int | None = None,
+    on_grant: Callable[[Grant], None] | None = None,
+) -> list[Grant]:
+    """Grant until nothing fits (or `max_grants`); returns the grants in order."""
+    selector = make_selector(selection, state, criterion, rng, ties)
+    grants: list[Grant] = []
+    while max_grants is None or len(grants) < max_grants:
+        pick = selector.next()
+        if pick is None:
+            break
+        framework, agent = pick
+        tasks = 1 if state.mode is Mode.CHARACTERIZED else state.tasks_that_fit(framework, agent)
+        grant = state.grant(framework, agent, tasks)
+        grants.append(grant)
+        if on_grant is not None:
+            on_grant(grant)
+    return grants
+
+
+def fill_once(
+    cluster_state: AllocationState,
+    scheduler_name: str,
+    selection: Selection | str | None = None,
+    ties: Ties | str = Ties.RANDOM,
+    seed: int | np.random.Generator | None = 0,
+) -> list[Grant]:
+    """One static fill of a fresh state with a named scheduler and its default selection."""
+    chosen = scheduler(scheduler_name)
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    return progressive_fill(
+        cluster_state,
+        chosen.criterion(),
+        selection or chosen.default_selection,
+        rng,
+        ties,
+    )

@@ -1,0 +1,45 @@
+"""The five schedulers: a fairness criterion plus the paper's default server selection."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from allocator.errors import ScenarioError
+from allocator.policy.base import Criterion
+from allocator.policy.drf import DRF
+from allocator.policy.psdsf import PSDSF
+from allocator.policy.rpsdsf import RPSDSF
+from allocator.policy.selection import Selection
+from allocator.policy.ties import Ties
+from allocator.policy.tsf import TSF
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    name: str
+    title: str
+    criterion: type[Criterion]
+    default_selection: Selection
+
+
+SCHEDULERS: dict[str, Scheduler] = {
+    s.name: s
+    for s in (
+        Scheduler("drf", "DRF", DRF, Selection.RRR),
+        Scheduler("tsf", "TSF", TSF, Selection.RRR),
+        Scheduler("psdsf", "PS-DSF", PSDSF, Selection.RRR),
+        Scheduler("rpsdsf", "rPS-DSF", RPSDSF, Selection.RRR),
+        Scheduler("bfdrf", "BF-DRF", DRF, Selection.BESTFIT),
+    )
+}
+
+
+def scheduler(name: str) -> Scheduler:
+    try:
+        return SCHEDULERS[name.lower()]
+    except KeyError:
+        known = ", ".join(SCHEDULERS)
+        raise ScenarioError(f"scheduler: unknown {name!r} (known: {known})") from None
+
+
+__all__ = ["SCHEDULERS", "Criterion", "Scheduler", "Selection", "Ties", "scheduler"]

@@ -1,0 +1,149 @@
+"""Mutable allocation state: x_{n,i}, residual capacity, per-framework allocation.
+
+The same state object serves a static progressive filling and each allocation run of the
+online engine; the policy code reads it and `grant`/`release` are the only writers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from allocator.model import Cluster
+
+
+class Mode(StrEnum):
+    """How much a grant hands out.
+
+    characterized: one task's worth of d_n per grant (the tenant declared d_n).
+    oblivious: the agent's whole remainder; the tenant keeps the whole tasks that fit.
+    """
+
+    CHARACTERIZED = "characterized"
+    OBLIVIOUS = "oblivious"
+
+
+@dataclass(frozen=True)
+class Grant:
+    framework: int
+    agent: int
+    tasks: int
+
+
+class AllocationState:
+    """Allocation of tasks to agents, with the derived quantities the criteria read.
+
+    tasks[n, i] = x_{n,i}; count[n] = x_n; alloc[n] = resources held by n (sum over agents);
+    residual[i] = c_i minus everything allocated on agent i.
+    """
+
+    def __init__(self, cluster: Cluster, mode: Mode | str = Mode.CHARACTERIZED) -> None:
+        self.cluster = cluster
+        self.mode = Mode(mode)
+        n_f, n_a = cluster.n_frameworks, cluster.n_agents
+        # Column-major: the hot loops read one resource across all agents or frameworks.
+        self.residual = np.asfortranarray(cluster.capacity, dtype=float).copy(order="F")
+        self.tasks = np.zeros((n_f, n_a), dtype=np.int64)
+        self.count = np.zeros(n_f, dtype=float)
+        self.alloc = np.zeros((n_f, len(cluster.resources)), dtype=float, order="F")
+        self.limit = cluster.max_tasks.astype(float).copy()
+        #: Demand the allocator may use: declared in characterized mode, observed from granted
+        #: tasks in oblivious mode (NaN until the framework has run a task).
+        self.known_demand = (
+            cluster.demand.copy()
+            if self.mode is Mode.CHARACTERIZED
+            else np.full_like(cluster.demand, np.nan)
+        )
+        self.demand_version = 0
+        # Frameworks without a demand cannot take tasks in a static fill.
+        self.runnable = cluster.has_demand.copy()
+        self._demand = np.asfortranarray(np.nan_to_num(cluster.demand, nan=np.inf))
+        self._eligible_by_agent = np.ascontiguousarray(cluster.eligible.T)
+        self.tol = 1e-9 * np.maximum(cluster.capacity.max(axis=0, initial=0.0), 1.0)
+        self._wanting = self.runnable & (self.count < self.limit)
+
+    # ---- feasibility -------------------------------------------------------------------
+    def wanting(self) -> np.ndarray:
+        """Frameworks that still want a task (runnable and below their task limit)."""
+        return self._wanting
+
+    def set_limit(self, framework: int, limit: float) -> None:
+        """Change how many tasks a framework wants in all (the online engine's target)."""
+        self.limit[framework] = limit
+        self._update_wanting(framework)
+
+    def _update_wanting(self, framework: int) -> None:
+        self._wanting[framework] = (
+            self.runnable[framework] and self.count[framework] < self.limit[framework]
+        )
+
+    def fits_agent(self, agent: int) -> np.ndarray:
+        """(F,) frameworks that want a task and fit one more whole task on `agent`."""
+        room = self.residual[agent] + self.tol
+        ok = self._wanting & self._eligible_by_agent[agent]
+        for r in range(len(room)):
+            ok &= self._demand[:, r] <= room[r]
+        return ok
+
+    def fits_framework(self, framework: int) -> np.ndarray:
+        """(A,) agents where `framework` fits one more whole task (ignoring its limit)."""
+        ok = self.cluster.eligible[framework].copy()
+        d = self._demand[framework]
+        for r in range(len(d)):
+            if d[r] > 0:
+                ok &= self.residual[:, r] >= d[r] - self.tol[r]
+        return ok
+
+    def fits_all(self) -> np.ndarray:
+        """(F, A) framework-agent pairs where one more task fits."""
+        room = self.residual[None, :, :] + self.tol
+        ok = (self._demand[:, None, :] <= room).all(axis=2)
+        return ok & self.cluster.eligible & self.wanting()[:, None]
+
+    def tasks_that_fit(self, framework: int, agent: int) -> int:
+        """Whole tasks of `framework` that the agent's remainder holds, capped by its limit."""
+        d = self._demand[framework]
+        need = d > 0
+        whole = np.floor((self.residual[agent, need] + self.tol[need]) / d[need]).min()
+        left = self.limit[framework] - self.count[framework]
+        return int(max(0.0, min(whole, left)))
+
+    # ---- writers -----------------------------------------------------------------------
+    def grant(self, framework: int, agent: int, tasks: int = 1) -> Grant:
+        d = self._demand[framework]
+        self.tasks[framework, agent] += tasks
+        self.count[framework] += tasks
+        self.alloc[framework] += tasks * d
+        self.residual[agent] -= tasks * d
+        self._update_wanting(framework)
+        if np.isnan(self.known_demand[framework, 0]):
+            self.known_demand[framework] = d
+            self.demand_version += 1
+        return Grant(framework, agent, tasks)
+
+    def release(self, framework: int, agent: int, tasks: int = 1) -> None:
+        if tasks > self.tasks[framework, agent]:
+            raise ValueError(
+                f"release of {tasks} tasks of framework {framework} on agent {agent}, "
+                f"which holds {self.tasks[framework, agent]}"
+            )
+        d = self._demand[framework]
+        self.tasks[framework, agent] -= tasks
+        self.count[framework] -= tasks
+        self.alloc[framework] -= tasks * d
+        self.residual[agent] += tasks * d
+        if self.count[framework] == 0:
+            self.alloc[framework] = 0.0  # no float drift when a framework is empty
+        self._update_wanting(framework)
+
+    # ---- summaries ---------------------------------------------------------------------
+    def used(self) -> np.ndarray:
+        return self.cluster.capacity - self.residual
+
+    def utilization(self) -> np.ndarray:
+        """Fraction of the cluster's capacity allocated, per resource."""
+        total = self.cluster.total
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(total > 0, self.used().sum(axis=0) / total, 0.0)
