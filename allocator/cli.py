@@ -7,10 +7,13 @@ import sys
 from collections.abc import Sequence
 
 import click
+from tqdm import tqdm
 
 from allocator import table1 as table1_module
+from allocator.engine import Trigger
 from allocator.errors import FairbrokerError
 from allocator.policy import SCHEDULERS, Selection, Ties
+from allocator.policy.levels import Level
 from allocator.scenario import load_scenario
 from allocator.state import Mode
 from allocator.trials import FillSummary, run_trials
@@ -50,7 +53,7 @@ def _render_fill(summary: FillSummary) -> str:
             f"optimum: {summary.optimum.tasks} tasks (MILP), LP relaxation "
             f"{summary.optimum.lp_tasks:.2f}"
         )
-    util = ", ".join(f"{r} {u:.1%}" for r, u in zip(c.resources, summary.utilization, strict=False))
+    util = ", ".join(f"{r} {u:.1%}" for r, u in zip(c.resources, summary.utilization, strict=True))
     lines.append(f"allocated: {util}")
     lines.extend(f"note: {note}" for note in summary.notes)
     return "\n".join(lines)
@@ -124,6 +127,107 @@ def table1(trials: int, seed: int, ties: str, as_json: bool) -> None:
         )
     else:
         click.echo(table1_module.render(rows))
+
+
+def _simulate(batch, name: str, mode: str, level: str, trigger: str, seed: int, quiet: bool):
+    from allocator.sim.simulator import BatchSimulator
+
+    simulator = BatchSimulator(batch, name, mode, level=level, trigger=trigger, seed=seed)
+    total = sum(g.queues * g.jobs_per_queue for g in batch.groups)
+    with tqdm(
+        total=total, desc=f"{name}/{mode}", unit="job", disable=quiet, leave=False, file=sys.stderr
+    ) as bar:
+
+        def progress(now: float, done: int) -> None:
+            if done != bar.n:
+                bar.update(done - bar.n)
+                bar.set_postfix_str(f"t={now:,.0f}s", refresh=False)
+
+        return simulator.run(progress=None if quiet else progress)
+
+
+@cli.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option(
+    "--scheduler",
+    "-s",
+    type=click.Choice(list(SCHEDULERS), case_sensitive=False),
+    default="rpsdsf",
+    show_default=True,
+)
+@click.option("--mode", type=_choice(Mode), default=Mode.CHARACTERIZED.value, show_default=True)
+@click.option(
+    "--level",
+    type=_choice(Level),
+    default=Level.ROLE.value,
+    show_default=True,
+    help="role: groups first, then frameworks within (Mesos); framework: flat.",
+)
+@click.option(
+    "--trigger",
+    type=_choice(Trigger),
+    default=Trigger.TICK.value,
+    show_default=True,
+    help="tick: freed resources wait for the next 1 s run (Mesos); release: at once.",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--compare", is_flag=True, help="Run every scheduler x mode and print one table.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write allocated CPU %/memory % over time to this PNG.",
+)
+def sim(
+    scenario: str,
+    scheduler: str,
+    mode: str,
+    level: str,
+    trigger: str,
+    seed: int,
+    compare: bool,
+    as_json: bool,
+    quiet: bool,
+    plot: str | None,
+) -> None:
+    """Simulate a job batch (SCENARIO) in virtual time through the online engine."""
+    from allocator.sim.batch import load_batch
+    from allocator.sim.bound import makespan_bound
+    from allocator.sim.plot import plot_runs
+
+    batch = load_batch(scenario)
+    bound = makespan_bound(batch)
+    quiet = quiet or as_json or not sys.stderr.isatty()
+    runs = [(s, m) for s in SCHEDULERS for m in Mode] if compare else [(scheduler, mode)]
+    results = [_simulate(batch, s, m, level, trigger, seed, quiet) for s, m in runs]
+    if plot:
+        plot_runs([(f"{r.scheduler}/{r.mode}", r.series) for r in results], plot, batch.name)
+    payloads = []
+    for result in results:
+        payload = result.to_json()
+        payload["makespan_bound_s"] = round(bound.seconds, 3)
+        payloads.append(payload)
+    if as_json:
+        click.echo(json.dumps({"runs": payloads} if compare else payloads[0]))
+        return
+    head = (
+        f"{'scheduler':<10}{'mode':<15}{'makespan s':>11}{'bound s':>9}{'jct mean':>10}"
+        f"{'p95':>8}{'cpus %':>8}{'mem %':>7}{'fair':>6}{'grants':>8}"
+    )
+    click.echo(f"{batch.name}: level {level}, trigger {trigger}, seed {seed}")
+    click.echo(head)
+    for p in payloads:
+        alloc = p["allocated"]
+        click.echo(
+            f"{p['scheduler']:<10}{p['mode']:<15}{p['makespan_s']:>11.1f}"
+            f"{p['makespan_bound_s']:>9.1f}{p['jct_s']['mean']:>10.1f}{p['jct_s']['p95']:>8.1f}"
+            f"{alloc.get('cpus', 0) * 100:>8.1f}"
+            f"{alloc.get('mem', 0) * 100:>7.1f}{p['fairness']:>6.2f}{p['grants']:>8}"
+        )
+    if plot:
+        click.echo(f"plot written to {plot}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

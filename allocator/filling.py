@@ -13,6 +13,7 @@ import numpy as np
 
 from allocator.policy import Selection, Ties, scheduler
 from allocator.policy.base import Criterion
+from allocator.policy.levels import Level
 from allocator.policy.selection import make_selector
 from allocator.state import AllocationState, Grant, Mode
 
@@ -25,9 +26,17 @@ def progressive_fill(
     ties: Ties | str = Ties.RANDOM,
     max_grants: int | None = None,
     on_grant: Callable[[Grant], None] | None = None,
+    level: Level | str = Level.FRAMEWORK,
+    single_offer: bool = False,
 ) -> list[Grant]:
-    """Grant until nothing fits (or `max_grants`); returns the grants in order."""
-    selector = make_selector(selection, state, criterion, rng, ties)
+    """Grant until nothing fits (or `max_grants`); returns the grants in order.
+
+    `level` role serves the lowest role first, then the lowest framework within it.
+    `single_offer` (the online engine in oblivious mode): an agent whose remainder was
+    offered is withheld for the rest of the run, as Mesos re-offers declined resources only
+    at its next allocation run.
+    """
+    selector = make_selector(selection, state, criterion, rng, ties, level)
     grants: list[Grant] = []
     while max_grants is None or len(grants) < max_grants:
         pick = selector.next()
@@ -37,6 +46,8 @@ def progressive_fill(
         tasks = 1 if state.mode is Mode.CHARACTERIZED else state.tasks_that_fit(framework, agent)
         grant = state.grant(framework, agent, tasks)
         grants.append(grant)
+        if single_offer:
+            state.withhold(agent)
         if on_grant is not None:
             on_grant(grant)
     return grants

@@ -131,6 +131,11 @@ class Cluster:
     max_tasks: np.ndarray  # (F,) float, inf where unlimited
     role_of: np.ndarray  # (F,) int index into role_names
     role_names: tuple[str, ...]
+    role_weight: np.ndarray | None = None  # (G,) weight of each role; default 1
+
+    def __post_init__(self) -> None:
+        if self.role_weight is None:
+            object.__setattr__(self, "role_weight", np.ones(len(self.role_names)))
 
     @property
     def n_agents(self) -> int:

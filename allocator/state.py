@@ -63,6 +63,11 @@ class AllocationState:
         self._eligible_by_agent = np.ascontiguousarray(cluster.eligible.T)
         self.tol = 1e-9 * np.maximum(cluster.capacity.max(axis=0, initial=0.0), 1.0)
         self._wanting = self.runnable & (self.count < self.limit)
+        #: Writes so far (grants and releases), and the write that last changed each agent's
+        #: residual; incremental indexes (best fit) use them to find the agents to recheck.
+        self.changes = 0
+        self.changed_at = np.zeros(n_a, dtype=np.int64)
+        self.withheld = np.zeros_like(self.residual)
 
     # ---- feasibility -------------------------------------------------------------------
     def wanting(self) -> np.ndarray:
@@ -117,6 +122,8 @@ class AllocationState:
         self.count[framework] += tasks
         self.alloc[framework] += tasks * d
         self.residual[agent] -= tasks * d
+        self.changes += 1
+        self.changed_at[agent] = self.changes
         self._update_wanting(framework)
         if np.isnan(self.known_demand[framework, 0]):
             self.known_demand[framework] = d
@@ -134,13 +141,23 @@ class AllocationState:
         self.count[framework] -= tasks
         self.alloc[framework] -= tasks * d
         self.residual[agent] += tasks * d
+        self.changes += 1
+        self.changed_at[agent] = self.changes
         if self.count[framework] == 0:
             self.alloc[framework] = 0.0  # no float drift when a framework is empty
         self._update_wanting(framework)
 
+    def withhold(self, agent: int) -> None:
+        """Take an agent's remainder out of this run (oblivious mode: it is out on offer;
+        what the tenant declines returns at the next allocation run, as in Mesos)."""
+        self.withheld[agent] += self.residual[agent]
+        self.residual[agent] = 0.0
+        self.changes += 1
+        self.changed_at[agent] = self.changes
+
     # ---- summaries ---------------------------------------------------------------------
     def used(self) -> np.ndarray:
-        return self.cluster.capacity - self.residual
+        return self.cluster.capacity - self.residual - self.withheld
 
     def utilization(self) -> np.ndarray:
         """Fraction of the cluster's capacity allocated, per resource."""

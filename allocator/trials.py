@@ -56,7 +56,7 @@ class FillSummary:
             "optimum": None,
             "utilization": {
                 r: round(float(u), 6)
-                for r, u in zip(self.cluster.resources, self.utilization, strict=False)
+                for r, u in zip(self.cluster.resources, self.utilization, strict=True)
             },
             "grants": round(self.grants, 3),
         }

@@ -7,6 +7,8 @@ allowed to know (`state.known_demand`), so the same code serves both modes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from allocator.state import AllocationState
@@ -30,7 +32,25 @@ class Criterion:
     def matrix(self, state: AllocationState) -> np.ndarray:
         """(F, A) criterion of every framework at every agent."""
         values = self.values(state)
-        return np.broadcast_to(values[:, None], (len(values), state.cluster.n_agents))
+        return np.broadcast_to(values[:, None], (len(values), state.residual.shape[0]))
+
+    def role_column(self, state: AllocationState, agent: int | None = None) -> np.ndarray:
+        """(G,) criterion of each role's aggregate allocation (at `agent` if per-agent)."""
+        from allocator.policy.levels import RoleView
+
+        view: Any = RoleView(state)
+        if self.per_agent and agent is not None:
+            return self.column(view, agent)
+        if self.per_agent:  # no agent in view: the role's best (lowest) share over agents
+            return self.matrix(view).min(axis=1)
+        return self.values(view)
+
+    def role_matrix(self, state: AllocationState) -> np.ndarray:
+        """(G, A) criterion of each role's aggregate allocation at every agent."""
+        from allocator.policy.levels import RoleView
+
+        view: Any = RoleView(state)
+        return self.matrix(view)
 
 
 def max_ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
@@ -49,8 +69,12 @@ def max_ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
                 continue
             ratio = numerator[..., r] / den
         else:
-            ratio = np.divide(numerator[..., r], den, out=np.zeros(np.broadcast_shapes(
-                numerator[..., r].shape, den.shape)), where=den > 0)
+            ratio = np.divide(
+                numerator[..., r],
+                den,
+                out=np.zeros(np.broadcast_shapes(numerator[..., r].shape, den.shape)),
+                where=den > 0,
+            )
         out = ratio if out is None else np.maximum(out, ratio, out=out)
     if out is None:
         return np.zeros(np.broadcast_shapes(numerator.shape, denominator.shape)[:-1])

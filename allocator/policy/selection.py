@@ -19,8 +19,9 @@ from enum import StrEnum
 import numpy as np
 
 from allocator.policy.base import Criterion
-from allocator.policy.bestfit import fit_distance
-from allocator.policy.ties import Ties, pick_lowest
+from allocator.policy.bestfit_index import BestFit
+from allocator.policy.levels import Level
+from allocator.policy.ties import RELATIVE_TIE, Ties, pick_lowest
 from allocator.state import AllocationState
 
 
@@ -51,20 +52,34 @@ class Selector:
         criterion: Criterion,
         rng: np.random.Generator,
         ties: Ties = Ties.RANDOM,
+        level: Level = Level.FRAMEWORK,
     ) -> None:
         self.state = state
         self.criterion = criterion
         self.rng = rng
         self.ties = Ties(ties)
+        cluster = state.cluster
+        self.role_level = Level(level) is Level.ROLE and len(cluster.role_names) > 1
 
     def next(self) -> tuple[int, int] | None:
         raise NotImplementedError
+
+    def _lowest_role(self, candidates: np.ndarray, agent: int | None) -> np.ndarray:
+        """Narrow candidate frameworks to the role with the lowest aggregate criterion
+        (at `agent` for per-agent criteria); ties between roles are broken at random."""
+        role_of = self.state.cluster.role_of
+        roles = np.zeros(len(self.state.cluster.role_names), dtype=bool)
+        roles[role_of[candidates]] = True
+        role = pick_lowest(self.criterion.role_column(self.state, agent), roles, self.rng)
+        return candidates & (role_of == role)
 
     def _framework_at(self, agent: int) -> int:
         """Lowest-criterion framework that fits a task on `agent`, or -1."""
         fits = self.state.fits_agent(agent)
         if not fits.any():
             return -1
+        if self.role_level:
+            fits = self._lowest_role(fits, agent)
         values = self.criterion.column(self.state, agent)
         agents = np.array([agent])
         return pick_lowest(
@@ -119,8 +134,16 @@ class Joint(Selector):
         fits = self.state.fits_all()
         if not fits.any():
             return None
-        values = self.criterion.matrix(self.state)
         n_agents = self.state.cluster.n_agents
+        if self.role_level:  # lowest (role, agent) pair first, then a framework of it there
+            role_of = self.state.cluster.role_of
+            pairs = np.zeros((len(self.state.cluster.role_names), n_agents), dtype=bool)
+            np.logical_or.at(pairs, role_of, fits)
+            flat = pick_lowest(self.criterion.role_matrix(self.state), pairs, self.rng)
+            role, agent = divmod(flat, n_agents)
+            fits = np.zeros_like(fits)
+            fits[:, agent] = self.state.fits_agent(agent) & (role_of == role)
+        values = self.criterion.matrix(self.state)
 
         def gamma(flat: np.ndarray) -> np.ndarray:
             return _gamma_at(self.state, flat // n_agents, flat % n_agents)
@@ -130,27 +153,32 @@ class Joint(Selector):
 
 
 class FrameworkFirst(Selector):
-    """Pick the framework by criterion, then its agent by best fit or first fit."""
+    """Pick the framework by criterion, then its agent by best fit or first fit.
+
+    Best fit asks `bestfit_index.BestFit`, which answers exactly as a scan of every agent
+    would, with the same random draws, but keeps H up to date grant by grant in a long fill.
+    """
 
     def __init__(self, *args: object, best: bool, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.best = best
         self.active = self.state.runnable.copy()
+        self.best_fit = BestFit(self.state, self.rng) if best else None
+        # Agent-independent criterion with random ties: the agent is needed only for the
+        # framework served, so the pick needs no per-framework agent lookups.
+        self._simple = not self.criterion.per_agent and self.ties is Ties.RANDOM
 
     def agent_for(self, framework: int) -> int:
+        if self.best_fit is not None:
+            return self.best_fit.best(framework)
         feasible = self.state.fits_framework(framework)
         if not feasible.any():
             return -1
-        if not self.best:
-            return int(np.argmax(feasible))
-        demand = self.state.known_demand[framework]
-        if np.isnan(demand).any():  # oblivious, nothing observed yet: no shape to match
-            distance = np.zeros(len(feasible))
-        else:
-            distance = fit_distance(demand, self.state.residual, self.state.cluster.total)
-        return pick_lowest(distance, feasible, self.rng)
+        return int(np.argmax(feasible))
 
     def next(self) -> tuple[int, int] | None:
+        if self._simple:
+            return self._next_simple()
         chosen: dict[int, int] = {}
 
         def agent(framework: int) -> int:
@@ -166,6 +194,8 @@ class FrameworkFirst(Selector):
             candidates = self.active & self.state.wanting()
             if not candidates.any():
                 return None
+            if self.role_level:
+                candidates = self._lowest_role(candidates, None)
             if self.criterion.per_agent:
                 values = np.full(len(candidates), np.inf)
                 matrix = self.criterion.matrix(self.state)
@@ -186,6 +216,35 @@ class FrameworkFirst(Selector):
                 return framework, where
             self.active[framework] = False
 
+    def _next_simple(self) -> tuple[int, int] | None:
+        """`next` for an agent-independent criterion and random ties.
+
+        Picks as `pick_lowest(values, candidates, rng)` does, with the same draws, in fewer
+        passes: non-candidates are masked to +inf, and the rare case where no candidate has a
+        finite value (or none is left) goes to `pick_lowest` itself.
+        """
+        state = self.state
+        values: np.ndarray | None = None
+        while True:  # each pass returns or retires a framework that fits nowhere
+            candidates = self.active & state.wanting()
+            if self.role_level and candidates.any():
+                candidates = self._lowest_role(candidates, None)
+            if values is None:  # the state does not change within one call
+                values = self.criterion.values(state)
+            masked = np.where(candidates, values, np.inf)
+            low = masked[masked.argmin()]
+            if low < np.inf:
+                tied = (masked <= low + RELATIVE_TIE * max(1.0, abs(low))).nonzero()[0]
+                framework = int(tied[0] if tied.size == 1 else tied[self.rng.integers(tied.size)])
+            else:
+                framework = pick_lowest(values, candidates, self.rng)
+                if framework < 0:
+                    return None
+            where = self.agent_for(framework)
+            if where >= 0:
+                return framework, where
+            self.active[framework] = False
+
 
 def make_selector(
     selection: Selection | str,
@@ -193,13 +252,15 @@ def make_selector(
     criterion: Criterion,
     rng: np.random.Generator,
     ties: Ties | str = Ties.RANDOM,
+    level: Level | str = Level.FRAMEWORK,
 ) -> Selector:
     selection = Selection(selection)
     ties = Ties(ties)
+    level = Level(level)
     if selection is Selection.RANDOM:
-        return RandomAgent(state, criterion, rng, ties)
+        return RandomAgent(state, criterion, rng, ties, level)
     if selection is Selection.RRR:
-        return RandomizedRoundRobin(state, criterion, rng, ties)
+        return RandomizedRoundRobin(state, criterion, rng, ties, level)
     if selection is Selection.JOINT:
-        return Joint(state, criterion, rng, ties)
-    return FrameworkFirst(state, criterion, rng, ties, best=selection is Selection.BESTFIT)
+        return Joint(state, criterion, rng, ties, level)
+    return FrameworkFirst(state, criterion, rng, ties, level, best=selection is Selection.BESTFIT)

@@ -31,22 +31,40 @@ class TSF(Criterion):
 
     def __init__(self) -> None:
         self._alone: np.ndarray | None = None
+        self._scale = np.empty(0)
         self._version: tuple[int, int] = (-1, -1)
 
     def alone(self, state: AllocationState) -> np.ndarray:
         """y_n, recomputed only for frameworks whose demand became known since last time."""
         if self._alone is None or self._version[0] != id(state):
             self._alone = tasks_alone(state, state.known_demand)
+            self._scale = self._inverse(state)
         elif self._version[1] != state.demand_version:
             stale = np.isnan(self._alone) & ~np.isnan(state.known_demand).any(axis=1)
             if stale.any():
                 self._alone[stale] = tasks_alone(state, state.known_demand[stale], stale)
+            self._scale = self._inverse(state)
         self._version = (id(state), state.demand_version)
         return self._alone
 
+    def _inverse(self, state: AllocationState) -> np.ndarray:
+        """1 / (phi_n y_n); 0 while d_n is unknown (x_n is 0 then), huge where y_n = 0."""
+        alone = np.nan_to_num(self._alone, nan=np.inf)
+        with np.errstate(divide="ignore"):
+            inverse = np.where(alone > 0, 1.0 / alone, 1e300)
+        return inverse / state.cluster.weight
+
     def values(self, state: AllocationState) -> np.ndarray:
-        alone = self.alone(state)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(alone > 0, state.count / alone, np.inf)
-        share = np.where(state.count == 0, 0.0, share)
-        return share / state.cluster.weight
+        self.alone(state)
+        return state.count * self._scale
+
+    def role_column(self, state: AllocationState, agent: int | None = None) -> np.ndarray:
+        """A role's task share is the sum of its frameworks' x_n / y_n, over its weight."""
+        shares = self.values(state) * state.cluster.weight
+        cluster = state.cluster
+        by_role = np.bincount(cluster.role_of, weights=shares, minlength=len(cluster.role_names))
+        return by_role / cluster.role_weight
+
+    def role_matrix(self, state: AllocationState) -> np.ndarray:
+        column = self.role_column(state)
+        return np.broadcast_to(column[:, None], (len(column), state.residual.shape[0]))

@@ -1,0 +1,1 @@
+"""Discrete-event simulation of job batches and traces over the online engine."""

@@ -1,0 +1,156 @@
+"""Job-batch scenarios: agents (optionally registered over time) and groups of Spark jobs.
+
+```yaml
+agents:
+  - {name: t1a, resources: {cpus: 4, mem: 14336}, register_at: 0}
+groups:
+  - name: pi                     # a Mesos role
+    weight: 1
+    queues: 5                    # submission queues; each runs its jobs one after another
+    jobs_per_queue: 50
+    demand: {cpus: 2, mem: 2048} # per executor; or `spark:` with a Spark conf
+    executors: 64                # executors each job asks for (default: from the conf)
+    job: {work: 400, startup_s: 5, executor_start_s: 3, serial_s: 2, release_spread_s: 2}
+```
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from allocator.errors import FairbrokerError, ScenarioError
+from allocator.model import AgentSpec, _check_amounts
+from allocator.scenario import _first_error
+from allocator.sim.jobs import JobModel
+
+
+class TimedAgentSpec(AgentSpec):
+    register_at: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+
+
+class JobSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    work: float = Field(gt=0, allow_inf_nan=False)
+    startup_s: float = Field(default=5.0, ge=0, allow_inf_nan=False)
+    executor_start_s: float = Field(default=3.0, ge=0, allow_inf_nan=False)
+    serial_s: float = Field(default=2.0, ge=0, allow_inf_nan=False)
+    release_spread_s: float = Field(default=2.0, ge=0, allow_inf_nan=False)
+
+    def model(self) -> JobModel:
+        return JobModel(**self.model_dump())
+
+
+class GroupSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    queues: int = Field(ge=1)
+    jobs_per_queue: int = Field(ge=1)
+    demand: dict[str, float] | None = None
+    spark: dict[str, Any] | None = None
+    executors: int | None = Field(default=None, ge=1)
+    job: JobSpec
+    submit_gap_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    constraints: dict[str, str | int | float | bool | list[str | int | float | bool]] = {}
+
+    @model_validator(mode="after")
+    def _demand_source(self) -> GroupSpec:
+        if (self.demand is None) == (self.spark is None):
+            raise ValueError("give exactly one of demand or spark")
+        if self.demand is not None:
+            _check_amounts(self.demand, "demand")
+        return self
+
+    def executor_demand(self) -> tuple[dict[str, float], int]:
+        """Per-executor demand vector and executors wanted per job."""
+        if self.demand is not None:
+            if self.executors is None:
+                raise ValueError("executors: required with demand")
+            return dict(self.demand), self.executors
+        from spark_shim.demand import executor_demand
+
+        derived = executor_demand(self.spark or {}, max_when_unbounded=0)
+        wanted = self.executors or derived.max_executors
+        if wanted <= 0:
+            raise ValueError(
+                "executors: not set and not derivable from the spark conf "
+                "(set spark.cores.max or spark.executor.instances)"
+            )
+        return derived.vector(), wanted
+
+
+class BatchSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "batch"
+    description: str = ""
+    calibration: str = ""
+    resources: list[str] | None = None
+    agents: list[TimedAgentSpec] = Field(min_length=1)
+    groups: list[GroupSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> BatchSpec:
+        for kind, items in (("agents", self.agents), ("groups", self.groups)):
+            seen: set[str] = set()
+            for i, item in enumerate(items):
+                if item.name in seen:
+                    raise ValueError(f"{kind}[{i}].name: duplicate name {item.name!r}")
+                seen.add(item.name)
+        return self
+
+    def resource_names(self) -> tuple[str, ...]:
+        if self.resources is not None:
+            return tuple(self.resources)
+        names = ["cpus", "mem"]
+        for agent in self.agents:
+            names.extend(r for r in agent.resources if r not in names)
+        return tuple(names)
+
+
+def parse_batch(data: Any) -> BatchSpec:
+    if not isinstance(data, dict):
+        raise ScenarioError("batch: expected a mapping with 'agents' and 'groups'")
+    try:
+        spec = BatchSpec.model_validate(data)
+    except ValidationError as error:
+        raise ScenarioError(_first_error(error)) from None
+    resources = set(spec.resource_names())
+    for g, group in enumerate(spec.groups):
+        try:
+            demand, _ = group.executor_demand()
+        except (ValueError, FairbrokerError) as error:
+            raise ScenarioError(f"groups[{g}]: {error}") from None
+        for r in demand:
+            if r not in resources:
+                raise ScenarioError(f"groups[{g}].demand.{r}: unknown resource")
+        fits = any(
+            all(demand[r] <= agent.resources.get(r, 0.0) + 1e-9 for r in demand)
+            for agent in spec.agents
+        )
+        if not fits:
+            raise ScenarioError(
+                f"groups[{g}].demand: an executor of {group.name!r} fits no agent; "
+                "its jobs can never run"
+            )
+    return spec
+
+
+def load_batch(path: str | Path) -> BatchSpec:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise ScenarioError(f"{path}: cannot read ({error.strerror})") from None
+    except yaml.YAMLError as error:
+        raise ScenarioError(f"{path}: malformed YAML: {getattr(error, 'problem', error)}") from None
+    try:
+        return parse_batch(data)
+    except ScenarioError as error:
+        raise ScenarioError(f"{path}: {error}") from None

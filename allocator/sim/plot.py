@@ -1,0 +1,42 @@
+"""Paper 002 Figs. 1-5 style plots: allocated CPU % and memory % over time per run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from allocator.sim.series import AllocationSeries
+
+
+def plot_runs(
+    runs: Sequence[tuple[str, AllocationSeries]], path: str | Path, title: str = ""
+) -> None:
+    """One panel per resource (cpus, mem); one step line per labelled run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    resources = runs[0][1].engine.resources if runs else ("cpus", "mem")
+    shown = [r for r in ("cpus", "mem") if r in resources] or list(resources[:2])
+    fig, axes = plt.subplots(len(shown), 1, figsize=(9, 3.2 * len(shown)), sharex=True)
+    axes = np.atleast_1d(axes)
+    for label, series in runs:
+        times = np.array(series.times)
+        values = np.array(series.allocated) * 100
+        for ax, resource in zip(axes, shown, strict=True):
+            column = resources.index(resource)
+            ax.step(times, values[:, column], where="post", label=label, linewidth=1)
+    for ax, resource in zip(axes, shown, strict=True):
+        ax.set_ylabel(f"allocated {resource} %")
+        ax.set_ylim(0, 105)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("time (s)")
+    axes[0].legend(loc="lower left", fontsize=8, ncol=2)
+    if title:
+        axes[0].set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,273 @@
+"""Discrete-event simulation of Spark job batches over the online engine, in virtual time.
+
+The driver does what Mesos and Spark would: it registers agents when they join, starts each
+queue's jobs one after another, ticks the allocator every interval (and runs it at once when
+the engine asks), turns grants into executors that start working after their start-up time,
+and releases a finished job's executors one by one over a short spread.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from allocator.engine import DEFAULT_INTERVAL_SECONDS, DEFAULT_REFUSE_SECONDS, Engine, Trigger
+from allocator.policy import Selection, Ties
+from allocator.policy.levels import Level
+from allocator.sim.batch import BatchSpec
+from allocator.sim.jobs import JobModel, JobProgress
+from allocator.sim.series import AllocationSeries
+from allocator.state import Mode
+
+
+@dataclass
+class Job:
+    name: str
+    group: str
+    queue: int
+    model: JobModel
+    demand: dict[str, float]
+    executors: int
+    submitted: float
+    registered: float = float("nan")
+    finished: float = float("nan")
+    progress: JobProgress | None = None
+    placed: list[tuple[int, str]] = field(default_factory=list)  # (executor id, agent)
+    done: bool = False
+
+
+@dataclass
+class SimResult:
+    scheduler: str
+    mode: str
+    level: str
+    trigger: str
+    seed: int
+    makespan_s: float
+    jobs: list[Job]
+    grants: int
+    series: AllocationSeries
+
+    def jct(self) -> np.ndarray:
+        return np.array([j.finished - j.submitted for j in self.jobs])
+
+    def to_json(self) -> dict[str, object]:
+        jct = self.jct()
+        by_group: dict[str, list[float]] = {}
+        for job in self.jobs:
+            by_group.setdefault(job.group, []).append(job.finished - job.submitted)
+        return {
+            "scheduler": self.scheduler,
+            "mode": self.mode,
+            "level": self.level,
+            "trigger": self.trigger,
+            "seed": self.seed,
+            "makespan_s": round(self.makespan_s, 3),
+            "jobs": len(self.jobs),
+            "jct_s": {
+                "mean": round(float(jct.mean()), 3),
+                "p50": round(float(np.percentile(jct, 50)), 3),
+                "p95": round(float(np.percentile(jct, 95)), 3),
+            },
+            "jct_by_group_s": {g: round(float(np.mean(v)), 3) for g, v in by_group.items()},
+            "allocated": {r: round(v, 4) for r, v in self.series.time_average().items()},
+            "fairness": round(self.series.mean_fairness(), 4),
+            "grants": self.grants,
+        }
+
+
+class BatchSimulator:
+    def __init__(
+        self,
+        batch: BatchSpec,
+        scheduler_name: str,
+        mode: Mode | str = Mode.CHARACTERIZED,
+        selection: Selection | str | None = None,
+        level: Level | str = Level.ROLE,
+        trigger: Trigger | str = Trigger.TICK,
+        ties: Ties | str = Ties.RANDOM,
+        seed: int = 0,
+        interval: float = DEFAULT_INTERVAL_SECONDS,
+        refuse_seconds: float = DEFAULT_REFUSE_SECONDS,
+    ) -> None:
+        self.batch = batch
+        self.seed = seed
+        self.interval = interval
+        self.engine = Engine(
+            batch.resource_names(),
+            scheduler_name,
+            mode,
+            selection,
+            level,
+            trigger,
+            ties,
+            seed,
+            refuse_seconds,
+            role_weights={g.name: g.weight for g in batch.groups},
+        )
+        self.rng = np.random.default_rng([seed, 1])
+        self.now = 0.0
+        self._events: list[tuple[float, int, str, object]] = []
+        self._seq = itertools.count()
+        self._executor_ids = itertools.count()
+        self.jobs: list[Job] = []
+        self._by_framework: dict[str, Job] = {}
+        self._queues: dict[tuple[str, int], int] = {}  # jobs submitted so far per queue
+        self.series = AllocationSeries(self.engine)
+
+    def _at(self, time: float, kind: str, payload: object = None) -> None:
+        heapq.heappush(self._events, (time, next(self._seq), kind, payload))
+
+    # ---- workload ----------------------------------------------------------------------
+    def _submit(self, group_index: int, queue: int) -> None:
+        group = self.batch.groups[group_index]
+        count = self._queues.get((group.name, queue), 0)
+        if count >= group.jobs_per_queue:
+            return
+        self._queues[(group.name, queue)] = count + 1
+        demand, executors = group.executor_demand()
+        job = Job(
+            name=f"{group.name}-q{queue}-j{count}",
+            group=group.name,
+            queue=queue,
+            model=group.job.model(),
+            demand=demand,
+            executors=executors,
+            submitted=self.now,
+        )
+        self.jobs.append(job)
+        self._by_framework[job.name] = job
+        self._at(self.now + job.model.startup_s, "register", (group_index, job))
+
+    def _register(self, group_index: int, job: Job) -> None:
+        group = self.batch.groups[group_index]
+        job.registered = self.now
+        job.progress = JobProgress.start(job.model, self.now)
+        self.engine.register(
+            job.name,
+            job.demand,
+            role=group.name,
+            weight=1.0,
+            target=job.executors,
+            constraints=group.constraints,
+        )
+
+    def _grant(self, framework: str, agent: str, tasks: int) -> None:
+        job = self._by_framework[framework]
+        for _ in range(tasks):
+            executor = next(self._executor_ids)
+            job.placed.append((executor, agent))
+            self._at(self.now + job.model.executor_start_s, "ready", (job, executor))
+
+    def _ready(self, job: Job, executor: int) -> None:
+        if job.done or job.progress is None:
+            return
+        if not any(e == executor for e, _ in job.placed):
+            return
+        job.progress.working.add(executor)
+        job.progress.set_rate(self.now, len(job.progress.working))
+        self._at(job.progress.finish_time(), "work_done", (job, job.progress.version))
+
+    def _work_done(self, job: Job, version: int) -> None:
+        progress = job.progress
+        if job.done or progress is None or version != progress.version:
+            return
+        progress.advance(self.now)
+        if progress.remaining > 1e-9:
+            return
+        job.done = True
+        self.engine.set_target(job.name, 0)
+        self._at(self.now + job.model.serial_s, "end", job)
+
+    def _end(self, job: Job) -> None:
+        job.finished = self.now
+        spread = job.model.release_spread_s
+        count = len(job.placed)
+        for k, (executor, agent) in enumerate(job.placed):
+            self._at(self.now + spread * (k + 1) / max(count, 1), "release", (job, executor, agent))
+        if count == 0:
+            self.engine.unregister(job.name)
+        group_index = next(i for i, g in enumerate(self.batch.groups) if g.name == job.group)
+        gap = self.batch.groups[group_index].submit_gap_s
+        self._at(self.now + gap, "submit", (group_index, job.queue))
+
+    def _release(self, job: Job, executor: int, agent: str) -> None:
+        self.engine.release(job.name, agent, 1)
+        job.placed = [(e, a) for e, a in job.placed if e != executor]
+        if not job.placed:
+            self.engine.unregister(job.name)
+
+    # ---- main loop ---------------------------------------------------------------------
+    def _allocate(self) -> None:
+        for grant in self.engine.allocate(self.now):
+            self._grant(grant.framework, grant.agent, grant.tasks)
+
+    def _all_done(self) -> bool:
+        total = sum(g.queues * g.jobs_per_queue for g in self.batch.groups)
+        return (
+            len(self.jobs) == total
+            and all(not np.isnan(j.finished) for j in self.jobs)
+            and not self.engine.running
+        )
+
+    def run(
+        self,
+        progress: Callable[[float, int], None] | None = None,
+        max_time: float = 30 * 24 * 3600.0,
+    ) -> SimResult:
+        for agent in self.batch.agents:
+            self._at(agent.register_at, "agent", agent)
+        for g, group in enumerate(self.batch.groups):
+            for queue in range(group.queues):
+                self._at(0.0, "submit", (g, queue))
+        self._at(0.0, "tick")
+        handlers: dict[str, Callable[..., None]] = {
+            "submit": lambda p: self._submit(*p),
+            "register": lambda p: self._register(*p),
+            "ready": lambda p: self._ready(*p),
+            "work_done": lambda p: self._work_done(*p),
+            "end": self._end,
+            "release": lambda p: self._release(*p),
+            "agent": lambda a: self.engine.add_agent(a.name, a.resources, a.attributes),
+        }
+        while self._events:
+            time = self._events[0][0]
+            if time > max_time:
+                raise RuntimeError(f"simulation passed {max_time} s without finishing")
+            self.series.advance(time)
+            self.now = time
+            ticked = False
+            while self._events and self._events[0][0] == time:
+                _, _, kind, payload = heapq.heappop(self._events)
+                if kind == "tick":
+                    ticked = True
+                else:
+                    handlers[kind](payload)
+            if ticked or self.engine.run_now:
+                self._allocate()
+            self.series.record(self.now, self._waiting_groups())
+            if self._all_done():
+                break
+            if ticked:
+                self._at(time + self.interval, "tick")
+            if progress is not None:
+                progress(self.now, sum(1 for j in self.jobs if not np.isnan(j.finished)))
+        makespan = max(j.finished for j in self.jobs)
+        return SimResult(
+            scheduler=self.engine.scheduler.name,
+            mode=str(self.engine.mode),
+            level=str(self.engine.level),
+            trigger=str(self.engine.trigger),
+            seed=self.seed,
+            makespan_s=makespan,
+            jobs=self.jobs,
+            grants=self.engine.grants_total,
+            series=self.series,
+        )
+
+    def _waiting_groups(self) -> set[str]:
+        return {j.group for j in self.jobs if np.isnan(j.finished)}

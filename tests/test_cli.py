@@ -1,0 +1,118 @@
+"""The command line as a user runs it: real subprocesses, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "allocator" / "data" / "paper002-example.yaml"
+
+
+def fairbroker(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from allocator.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_fill_json_is_one_object():
+    done = fairbroker("fill", str(EXAMPLE), "--scheduler", "rpsdsf", "--trials", "5", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)  # exactly one JSON document on stdout
+    assert out["scheduler"] == "rpsdsf"
+    assert out["selection"] == "rrr"
+    assert out["mode"] == "characterized"
+    assert out["trials"] == 5 and out["seed"] == 0
+    assert out["tasks"]["mean"] == {"f1": {"s1": 19, "s2": 2}, "f2": {"s1": 2, "s2": 19}}
+    assert out["tasks"]["std"]["f1"]["s1"] == 0
+    assert out["total"] == {"mean": 42, "std": 0}
+    assert out["optimum"]["tasks"] == 42
+    assert out["optimum"]["lp_tasks"] == pytest.approx(130 / 3)
+    # (19*5 + 2*1) cpus and (19*1 + 2*5) mem on s1; symmetric on s2; out of 130 each.
+    assert out["utilization"]["cpus"] == pytest.approx((95 + 2 + 10 + 19) / 130)
+
+
+def test_fill_text_report():
+    done = fairbroker("fill", str(EXAMPLE), "-s", "drf", "--selection", "random", "--trials", "20")
+    assert done.returncode == 0, done.stderr
+    assert "total tasks" in done.stdout and "optimum: 42.0 tasks" in done.stdout
+
+
+def test_oblivious_tsf_says_it_uses_observed_demand():
+    done = fairbroker("fill", str(EXAMPLE), "-s", "tsf", "--mode", "oblivious", "--json")
+    assert done.returncode == 0, done.stderr
+    assert any("observed" in note for note in json.loads(done.stdout)["notes"])
+
+
+def test_table1_prints_paper_and_ours():
+    done = fairbroker("table1", "--trials", "50", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {row["row"]: row for row in json.loads(done.stdout)["rows"]}
+    assert set(rows) == {"DRF", "TSF", "RRR-PS-DSF", "BF-DRF", "PS-DSF (joint)", "rPS-DSF"}
+    assert rows["rPS-DSF"]["ours"]["mean"] == [19, 2, 2, 19]
+    assert rows["DRF"]["paper"]["mean"] == [6.55, 4.69, 4.69, 6.55]
+
+
+BASE = """
+agents:
+  - {name: s1, resources: {cpus: 10, mem: 10}}
+  - {name: s2, resources: {cpus: 4, mem: 20}}
+frameworks:
+"""
+
+BAD = {
+    "negative": (BASE + "  - {name: f1, demand: {cpus: -1, mem: 1}}\n", "frameworks[0].demand"),
+    "zero": (BASE + "  - {name: f1, demand: {cpus: 0, mem: 0}}\n", "frameworks[0].demand"),
+    "nan": (BASE + "  - {name: f1, demand: {cpus: .nan, mem: 1}}\n", "frameworks[0].demand"),
+    "missing": (BASE + "  - {name: f1}\n", "frameworks[0].demand: missing"),
+    "too big": (BASE + "  - {name: f1, demand: {cpus: 11, mem: 1}}\n", "can never run"),
+    "unknown resource": (BASE + "  - {name: f1, demand: {gpu: 1}}\n", "unknown resource"),
+    "duplicate": (
+        BASE + "  - {name: f1, demand: {cpus: 1}}\n  - {name: f1, demand: {mem: 1}}\n",
+        "duplicate name",
+    ),
+    "malformed": (BASE + "  - {name: f1, demand: {cpus: 1\n", "malformed YAML"),
+    "negative weight": (BASE + "  - {name: f1, demand: {cpus: 1}, weight: -2}\n", "weight"),
+    "no agents": ("agents: []\nframeworks: [{name: f, demand: {cpus: 1}}]\n", "agents"),
+    "unknown field": (BASE + "  - {name: f1, demand: {cpus: 1}, colour: red}\n", "colour"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_scenario_is_one_line_error(tmp_path, case):
+    text, expected = BAD[case]
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    done = fairbroker("fill", str(path), "--scheduler", "drf")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert expected in lines[0]
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--scheduler", "fifo"], "--scheduler"),
+        (["--scheduler", "drf", "--selection", "nearest"], "--selection"),
+        (["--scheduler", "drf", "--trials", "0"], "--trials"),
+    ],
+)
+def test_bad_options_are_one_line_errors(args, expected):
+    done = fairbroker("fill", str(EXAMPLE), *args)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and expected in done.stderr
+
+
+def test_missing_file(tmp_path):
+    done = fairbroker("fill", str(tmp_path / "nope.yaml"), "--scheduler", "drf")
+    assert done.returncode == 2 and "cannot read" in done.stderr
