@@ -25,6 +25,7 @@ lint: install
 
 bench: install
 	$(PY) -m benchmarks.bench_fill
+	$(PY) -m benchmarks.ties_report
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

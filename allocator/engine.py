@@ -67,7 +67,46 @@ class EngineGrant:
     resources: dict[str, float]
 
 
+class _Slots:
+    """Names to reusable row indices of growable arrays."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+        self.free: list[int] = []
+        self.size = 0
+
+    def add(self, name: str) -> int:
+        slot = self.free.pop() if self.free else self.size
+        self.size = max(self.size, slot + 1)
+        self.index[name] = slot
+        return slot
+
+    def remove(self, name: str) -> int:
+        slot = self.index.pop(name)
+        self.free.append(slot)
+        return slot
+
+
+def _grow(array: np.ndarray, rows: int, cols: int | None = None, fill: object = 0) -> np.ndarray:
+    """`array` padded with `fill` to at least `rows` rows (and `cols` columns if 2-D),
+    doubling so that repeated growth stays cheap."""
+    need_rows = rows > array.shape[0]
+    need_cols = array.ndim == 2 and cols is not None and cols > array.shape[1]
+    if not (need_rows or need_cols):
+        return array
+    new_rows = max(rows, 2 * array.shape[0], 8) if need_rows else array.shape[0]
+    shape: tuple[int, ...] = (new_rows,)
+    if array.ndim == 2:
+        new_cols = max(cols or 0, 2 * array.shape[1], 8) if need_cols else array.shape[1]
+        shape = (new_rows, new_cols)
+    out = np.full(shape, fill, dtype=array.dtype)
+    out[tuple(slice(0, n) for n in array.shape)] = array
+    return out
+
+
 class Engine:
+    """Online allocation state in slot arrays, so an allocation run costs array copies."""
+
     def __init__(
         self,
         resources: tuple[str, ...],
@@ -91,11 +130,25 @@ class Engine:
         self.role_weights = dict(role_weights or {})
         self.agents: dict[str, AgentRecord] = {}
         self.frameworks: dict[str, FrameworkRecord] = {}
-        self.running: dict[tuple[str, str], int] = {}  # (framework, agent) -> tasks
-        self.observed: dict[str, np.ndarray] = {}  # oblivious: demand seen from grants
         self.filters: dict[tuple[str, str], float] = {}  # (framework, agent) -> refused until
         self.run_now = False  # an event asks for an allocation before the next tick
         self.grants_total = 0
+        self.runs = 0
+        n_r = len(self.resources)
+        self._agent_slots = _Slots()
+        self._framework_slots = _Slots()
+        self._capacity = np.zeros((0, n_r))
+        self._demand = np.zeros((0, n_r))
+        self._known = np.zeros((0, n_r))  # what the policy may know (NaN: not yet)
+        self._weight = np.zeros(0)
+        self._target = np.zeros(0)
+        self._role = np.zeros(0, dtype=np.int64)
+        self._active = np.zeros(0, dtype=bool)
+        self._eligible = np.zeros((0, 0), dtype=bool)  # constraints only, (F slots, A slots)
+        self._tasks = np.zeros((0, 0), dtype=np.int64)  # running tasks x_{n,i}
+        self._roles: list[str] = []
+        self._dirty = True  # something changed since the last run that left nothing fitting
+        self._next_filter_expiry = np.inf
 
     # ---- configuration -----------------------------------------------------------------
     def configure(
@@ -106,6 +159,7 @@ class Engine:
         self.scheduler = chosen
         self.mode = Mode(mode)
         self.selection = Selection(selection or chosen.default_selection)
+        self._dirty = True
 
     # ---- events ------------------------------------------------------------------------
     def _vector(self, amounts: dict[str, float], what: str) -> np.ndarray:
@@ -117,24 +171,53 @@ class Engine:
             raise EngineError(f"{what}: must be finite, non-negative and positive somewhere")
         return vector
 
+    def _resize(self) -> None:
+        n_f, n_a = self._framework_slots.size, self._agent_slots.size
+        self._capacity = _grow(self._capacity, n_a)
+        for name in ("_demand", "_weight", "_target", "_role", "_active"):
+            setattr(self, name, _grow(getattr(self, name), n_f))
+        self._known = _grow(self._known, n_f, fill=np.nan)
+        self._eligible = _grow(self._eligible, n_f, n_a, fill=False)
+        self._tasks = _grow(self._tasks, n_f, n_a)
+
+    def _constraint_row(self, constraints: dict[str, object]) -> np.ndarray:
+        row = np.zeros(self._eligible.shape[1], dtype=bool)
+        for name, slot in self._agent_slots.index.items():
+            row[slot] = _matches(self.agents[name].attributes, constraints)
+        return row
+
     def add_agent(
         self, name: str, capacity: dict[str, float], attributes: dict | None = None
     ) -> None:
         if name in self.agents:
             raise EngineError(f"agent {name!r}: already registered")
-        self.agents[name] = AgentRecord(
-            name, self._vector(capacity, f"agent {name!r}"), dict(attributes or {})
-        )
-        self.run_now = True
+        vector = self._vector(capacity, f"agent {name!r}")
+        record = AgentRecord(name, vector, dict(attributes or {}))
+        self.agents[name] = record
+        slot = self._agent_slots.add(name)
+        self._resize()
+        self._capacity[slot] = vector
+        self._tasks[:, slot] = 0
+        for fw_name, fw_slot in self._framework_slots.index.items():
+            constraints = self.frameworks[fw_name].constraints
+            self._eligible[fw_slot, slot] = _matches(record.attributes, constraints)
+        self.run_now = self._dirty = True
 
     def remove_agent(self, name: str) -> list[tuple[str, int]]:
         """Forget an agent; returns the (framework, tasks) that were running there (lost)."""
         self._agent(name)
-        lost = [(f, k) for (f, a), k in self.running.items() if a == name]
-        for framework, _ in lost:
-            del self.running[(framework, name)]
+        slot = self._agent_slots.remove(name)
+        lost = [
+            (f, int(self._tasks[n, slot]))
+            for f, n in self._framework_slots.index.items()
+            if self._tasks[n, slot] > 0
+        ]
+        self._tasks[:, slot] = 0
+        self._capacity[slot] = 0.0
+        self._eligible[:, slot] = False
         self.filters = {key: t for key, t in self.filters.items() if key[1] != name}
         del self.agents[name]
+        self._dirty = True
         return lost
 
     def register(
@@ -151,59 +234,79 @@ class Engine:
             raise EngineError(f"framework {name!r}: already registered")
         if not (weight > 0 and np.isfinite(weight)):
             raise EngineError(f"framework {name!r}: weight must be positive")
+        if not (target >= 0 and np.isfinite(target)):
+            raise EngineError(f"framework {name!r}: target must be a non-negative number")
         vector = self._vector(demand, f"framework {name!r} demand")
-        fits = any(
-            (vector <= a.capacity + 1e-9).all() and _matches(a.attributes, constraints or {})
-            for a in self.agents.values()
-        )
-        if self.agents and not fits:
+        constraints = dict(constraints or {})
+        row = self._constraint_row(constraints)
+        n_a = self._agent_slots.size
+        fits = (vector <= self._capacity[:n_a] + 1e-9).all(axis=1) & row[:n_a]
+        if self.agents and not fits.any():
             raise EngineError(f"framework {name!r}: demand fits no registered agent")
-        self.frameworks[name] = FrameworkRecord(
-            name,
-            vector,
-            role,
-            float(weight),
-            dict(constraints or {}),
-            float(target),
+        record = FrameworkRecord(
+            name, vector, role, float(weight), constraints, float(target),
             self.mode is Mode.CHARACTERIZED if declared is None else declared,
         )
-        self.run_now = True
+        self.frameworks[name] = record
+        slot = self._framework_slots.add(name)
+        self._resize()
+        if role not in self._roles:
+            self._roles.append(role)
+        self._demand[slot] = vector
+        self._known[slot] = vector if record.declared else np.nan
+        self._weight[slot] = record.weight
+        self._target[slot] = record.target
+        self._role[slot] = self._roles.index(role)
+        self._active[slot] = True
+        self._eligible[slot] = self._constraint_row(constraints)
+        self._tasks[slot] = 0
+        self.run_now = self._dirty = True
 
     def unregister(self, name: str) -> list[tuple[str, int]]:
         """Remove a framework; returns its (agent, tasks) still running (now freed)."""
         self._framework(name)
-        freed = [(a, k) for (f, a), k in self.running.items() if f == name]
-        for agent, _ in freed:
-            del self.running[(name, agent)]
+        slot = self._framework_slots.remove(name)
+        freed = [
+            (a, int(self._tasks[slot, i]))
+            for a, i in self._agent_slots.index.items()
+            if self._tasks[slot, i] > 0
+        ]
+        self._tasks[slot] = 0
+        self._active[slot] = False
+        self._target[slot] = 0.0
+        self._eligible[slot] = False
         self.filters = {key: t for key, t in self.filters.items() if key[0] != name}
-        self.observed.pop(name, None)
         del self.frameworks[name]
-        if freed and self.trigger is Trigger.RELEASE:
-            self.run_now = True
+        if freed:
+            self._dirty = True
+            if self.trigger is Trigger.RELEASE:
+                self.run_now = True
         return freed
 
     def set_target(self, name: str, target: float) -> None:
         """How many tasks the framework wants in all; raising it is a revive."""
         record = self._framework(name)
-        if target < 0:
-            raise EngineError(f"framework {name!r}: target must not be negative")
+        if not (target >= 0 and np.isfinite(target)):
+            raise EngineError(f"framework {name!r}: target must be a non-negative number")
         if target > record.target:
-            self.run_now = True
+            self.run_now = self._dirty = True
             self.filters = {key: t for key, t in self.filters.items() if key[0] != name}
         record.target = float(target)
+        self._target[self._framework_slots.index[name]] = record.target
 
     def release(self, framework: str, agent: str, tasks: int = 1) -> None:
         """Tasks finished or failed: their resources return to the pool."""
-        key = (framework, agent)
-        held = self.running.get(key, 0)
+        self._framework(framework)
+        self._agent(agent)
+        n = self._framework_slots.index[framework]
+        i = self._agent_slots.index[agent]
+        held = int(self._tasks[n, i])
         if tasks > held:
             raise EngineError(
                 f"framework {framework!r} holds {held} tasks on {agent!r}, not {tasks}"
             )
-        if held == tasks:
-            del self.running[key]
-        else:
-            self.running[key] = held - tasks
+        self._tasks[n, i] = held - tasks
+        self._dirty = True
         if self.trigger is Trigger.RELEASE:
             self.run_now = True
 
@@ -211,7 +314,7 @@ class Engine:
         """Count tasks that are already running (after a broker restart) without granting."""
         self._framework(framework)
         self._agent(agent)
-        self.running[(framework, agent)] = self.running.get((framework, agent), 0) + tasks
+        self._tasks[self._framework_slots.index[framework], self._agent_slots.index[agent]] += tasks
 
     def _agent(self, name: str) -> AgentRecord:
         try:
@@ -226,65 +329,87 @@ class Engine:
             raise EngineError(f"unknown framework {name!r}") from None
 
     # ---- queries -----------------------------------------------------------------------
+    @property
+    def running(self) -> dict[tuple[str, str], int]:
+        """(framework, agent) -> running tasks, for reports (built on demand)."""
+        agents = {i: a for a, i in self._agent_slots.index.items()}
+        out = {}
+        for f, n in self._framework_slots.index.items():
+            for i in np.flatnonzero(self._tasks[n]):
+                out[(f, agents[int(i)])] = int(self._tasks[n, i])
+        return out
+
     def tasks_of(self, framework: str) -> int:
-        return sum(k for (f, _), k in self.running.items() if f == framework)
+        self._framework(framework)
+        return int(self._tasks[self._framework_slots.index[framework]].sum())
 
     def pending(self) -> dict[str, int]:
         """Tasks each framework still wants beyond what it runs."""
-        counts: dict[str, int] = {}
-        for (f, _), k in self.running.items():
-            counts[f] = counts.get(f, 0) + k
+        counts = self._tasks.sum(axis=1)
         return {
-            name: max(0, int(r.target) - counts.get(name, 0)) for name, r in self.frameworks.items()
+            name: max(0, int(self._target[n]) - int(counts[n]))
+            for name, n in self._framework_slots.index.items()
         }
+
+    def allocated_by_role(self) -> dict[str, np.ndarray]:
+        """Resources held by each role (what the metrics and time series report)."""
+        held = self._tasks.sum(axis=1)[:, None] * self._demand
+        out: dict[str, np.ndarray] = {}
+        for g, role in enumerate(self._roles):
+            mine = self._active & (self._role == g)
+            if mine.any():
+                out[role] = held[mine].sum(axis=0)
+        return out
+
+    def capacity_total(self) -> np.ndarray:
+        return self._capacity.sum(axis=0)
 
     # ---- allocation --------------------------------------------------------------------
     def snapshot(self, now: float) -> AllocationState:
-        """The registered cluster as a Cluster, with running tasks replayed into a state."""
-        agents = list(self.agents.values())
-        frameworks = list(self.frameworks.values())
-        roles = sorted({f.role for f in frameworks}) or ["*"]
-        eligible = np.array(
-            [[_matches(a.attributes, f.constraints) for a in agents] for f in frameworks],
-            dtype=bool,
-        ).reshape(len(frameworks), len(agents))
-        agent_index = {a.name: i for i, a in enumerate(agents)}
-        framework_index = {f.name: n for n, f in enumerate(frameworks)}
+        """The registered cluster (slot arrays) as a Cluster, with running tasks loaded."""
+        n_f, n_a = self._framework_slots.size, self._agent_slots.size
+        agents = {i: a for a, i in self._agent_slots.index.items()}
+        frameworks = {n: f for f, n in self._framework_slots.index.items()}
+        eligible = self._eligible[:n_f, :n_a].copy()
         for (f, a), until in self.filters.items():
             if until > now:
-                eligible[framework_index[f], agent_index[a]] = False
+                eligible[self._framework_slots.index[f], self._agent_slots.index[a]] = False
+        active = self._active[:n_f]
+        demand = np.where(active[:, None], self._demand[:n_f], np.nan)
+        roles = self._roles or ["*"]
         cluster = Cluster(
             resources=self.resources,
-            agent_names=tuple(a.name for a in agents),
-            framework_names=tuple(f.name for f in frameworks),
-            capacity=np.array([a.capacity for a in agents]).reshape(len(agents), -1),
-            demand=np.array([f.demand for f in frameworks]).reshape(len(frameworks), -1),
-            weight=np.array([f.weight for f in frameworks], dtype=float),
+            agent_names=tuple(agents.get(i, f"<free {i}>") for i in range(n_a)),
+            framework_names=tuple(frameworks.get(n, f"<free {n}>") for n in range(n_f)),
+            capacity=self._capacity[:n_a].copy(),
+            demand=demand,
+            weight=np.where(active, self._weight[:n_f], 1.0),
             eligible=eligible,
-            max_tasks=np.array([f.target for f in frameworks], dtype=float),
-            role_of=np.array([roles.index(f.role) for f in frameworks], dtype=np.int64),
+            max_tasks=np.where(active, self._target[:n_f], 0.0),
+            role_of=self._role[:n_f].copy(),
             role_names=tuple(roles),
             role_weight=np.array([self.role_weights.get(r, 1.0) for r in roles]),
         )
-        state = AllocationState(cluster, self.mode)
-        for (f, a), k in self.running.items():
-            state.grant(framework_index[f], agent_index[a], k)
-        # What the policy may know: declared demand, or what earlier grants revealed.
-        for n, f in enumerate(frameworks):
-            if f.declared:
-                state.known_demand[n] = f.demand
-            elif f.name in self.observed:
-                state.known_demand[n] = self.observed[f.name]
-            else:
-                state.known_demand[n] = np.nan
-        state.demand_version += 1
+        state = AllocationState(cluster, self.mode, known_demand=self._known[:n_f])
+        state.load(self._tasks[:n_f, :n_a])
         return state
 
     def allocate(self, now: float) -> list[EngineGrant]:
-        """One allocation run: progressive filling on the current snapshot."""
+        """One allocation run: progressive filling on the current snapshot.
+
+        Skipped when nothing changed since a run after which nothing fitted (the answer
+        would be the same), unless a refuse filter has expired since.
+        """
         self.run_now = False
-        self.filters = {key: t for key, t in self.filters.items() if t > now}
-        if not self.agents or not any(self.pending().values()):
+        if now >= self._next_filter_expiry:
+            self.filters = {key: t for key, t in self.filters.items() if t > now}
+            self._next_filter_expiry = min(self.filters.values(), default=np.inf)
+            self._dirty = True
+        if not self._dirty or not self.agents or not self.frameworks:
+            return []
+        n_f = self._framework_slots.size
+        if not (self._tasks[:n_f].sum(axis=1) < self._target[:n_f]).any():
+            self._dirty = False
             return []
         state = self.snapshot(now)
         oblivious = self.mode is Mode.OBLIVIOUS
@@ -297,24 +422,24 @@ class Engine:
             level=self.level,
             single_offer=oblivious,
         )
+        self.runs += 1
         out = []
-        cluster = state.cluster
+        names = state.cluster
         for grant in grants:
-            f = cluster.framework_names[grant.framework]
-            a = cluster.agent_names[grant.agent]
+            f = names.framework_names[grant.framework]
+            a = names.agent_names[grant.agent]
             record = self.frameworks[f]
-            self.running[(f, a)] = self.running.get((f, a), 0) + grant.tasks
+            self._tasks[grant.framework, grant.agent] += grant.tasks
             if oblivious:
-                self.observed.setdefault(f, record.demand.copy())
-                # The tenant keeps whole tasks and declines the rest of the offer.
+                # The tenant keeps whole tasks and declines the rest of the offer; from now
+                # on the allocator knows its demand from what it launched.
+                self._known[grant.framework] = record.demand
                 self.filters[(f, a)] = now + self.refuse_seconds
-            out.append(
-                EngineGrant(
-                    f,
-                    a,
-                    grant.tasks,
-                    dict(zip(self.resources, map(float, record.demand), strict=True)),
-                )
-            )
+                self._next_filter_expiry = min(self._next_filter_expiry, now + self.refuse_seconds)
+            resources = dict(zip(self.resources, map(float, record.demand), strict=True))
+            out.append(EngineGrant(f, a, grant.tasks, resources))
         self.grants_total += len(out)
+        # Characterized filling stops only when nothing fits; oblivious runs withhold offered
+        # agents, so what they declined may fit at the next run.
+        self._dirty = oblivious and bool(out)
         return out

@@ -39,7 +39,14 @@ class AllocationState:
     residual[i] = c_i minus everything allocated on agent i.
     """
 
-    def __init__(self, cluster: Cluster, mode: Mode | str = Mode.CHARACTERIZED) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        mode: Mode | str = Mode.CHARACTERIZED,
+        known_demand: np.ndarray | None = None,
+    ) -> None:
+        """`known_demand` overrides what the policy may know (the online engine passes the
+        declared or observed demand of each framework)."""
         self.cluster = cluster
         self.mode = Mode(mode)
         n_f, n_a = cluster.n_frameworks, cluster.n_agents
@@ -51,11 +58,12 @@ class AllocationState:
         self.limit = cluster.max_tasks.astype(float).copy()
         #: Demand the allocator may use: declared in characterized mode, observed from granted
         #: tasks in oblivious mode (NaN until the framework has run a task).
-        self.known_demand = (
-            cluster.demand.copy()
-            if self.mode is Mode.CHARACTERIZED
-            else np.full_like(cluster.demand, np.nan)
-        )
+        if known_demand is not None:
+            self.known_demand = known_demand.astype(float).copy()
+        elif self.mode is Mode.CHARACTERIZED:
+            self.known_demand = cluster.demand.copy()
+        else:
+            self.known_demand = np.full_like(cluster.demand, np.nan)
         self.demand_version = 0
         # Frameworks without a demand cannot take tasks in a static fill.
         self.runnable = cluster.has_demand.copy()
@@ -114,6 +122,18 @@ class AllocationState:
         whole = np.floor((self.residual[agent, need] + self.tol[need]) / d[need]).min()
         left = self.limit[framework] - self.count[framework]
         return int(max(0.0, min(whole, left)))
+
+    def load(self, tasks: np.ndarray) -> None:
+        """Start from tasks already running (x_{n,i}), all at once; used by the engine."""
+        tasks = np.asarray(tasks, dtype=np.int64)
+        demand = np.nan_to_num(self.cluster.demand, nan=0.0)
+        self.tasks = tasks.copy()
+        self.count = tasks.sum(axis=1).astype(float)
+        self.alloc = np.asfortranarray(self.count[:, None] * demand)
+        self.residual = np.asfortranarray(self.cluster.capacity - tasks.T @ demand)
+        self._wanting = self.runnable & (self.count < self.limit)
+        self.changes += 1
+        self.changed_at[:] = self.changes
 
     # ---- writers -----------------------------------------------------------------------
     def grant(self, framework: int, agent: int, tasks: int = 1) -> Grant:

@@ -41,31 +41,18 @@ class AllocationSeries:
         self._last_time = time
 
     def record(self, time: float, busy_groups: set[str]) -> None:
-        engine = self.engine
-        resources = engine.resources
-        total = np.zeros(len(resources))
-        for agent in engine.agents.values():
-            total += agent.capacity
-        held: dict[str, np.ndarray] = {}
-        for (framework, _), tasks in engine.running.items():
-            record = engine.frameworks.get(framework)
-            if record is None:
-                continue
-            held[record.role] = held.get(record.role, 0) + tasks * record.demand
-        used = sum(held.values(), np.zeros(len(resources)))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            fraction = np.where(total > 0, used / total, 0.0)
-            shares = np.array(
-                [
-                    np.max(np.where(total > 0, held.get(g, 0) / total, 0.0))
-                    for g in sorted(busy_groups)
-                ]
-            )
-        self._last_alloc = fraction
+        """Sample the engine's allocation now; `busy_groups` have jobs waiting or running."""
+        total = self.engine.capacity_total()
+        held = self.engine.allocated_by_role()
+        zero = np.zeros(len(total))
+        used = sum(held.values(), zero)
+        scale = np.divide(1.0, total, out=np.zeros_like(total), where=total > 0)
+        shares = np.array([np.max(held.get(g, zero) * scale) for g in sorted(busy_groups)])
+        self._last_alloc = used * scale
         self._last_fair = jain(shares) if len(shares) else 1.0
         self._busy = bool(busy_groups)
         self.times.append(time)
-        self.allocated.append(fraction)
+        self.allocated.append(self._last_alloc)
         self.fairness.append(self._last_fair)
 
     def time_average(self) -> dict[str, float]:

@@ -1,0 +1,243 @@
+"""Google-like clusters and workloads: paper 001's Table I server mix and synthetic jobs shaped
+after the published statistics of the 2011 Google cluster trace (the trace itself is not
+reachable offline; `docs/traces.md` says which shapes we chose and why).
+
+Everything here is vectorised numpy and deterministic per seed. Demands come out normalized
+to the largest server (Table I's convention: the largest server is 1 in every resource).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from allocator.workloads import GOOGLE_SERVER_MIX, LARGEST_SERVER, google_agent_capacities
+
+
+class GoogleClusterSpec(BaseModel):
+    """`cluster: {google: {agents: 2000, seed: 1}}`: agents drawn from the Table I mix."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agents: int = Field(ge=1)
+    seed: int = 0
+
+
+def google_cluster(
+    n_agents: int, seed: int = 0, largest: dict[str, float] | None = None
+) -> tuple[list[str], np.ndarray]:
+    """Agent names and (n_agents, 2) cpus/mem capacities drawn from the Table I mix."""
+    rng = np.random.default_rng([seed, 0x6001])
+    capacity = google_agent_capacities(n_agents, rng, largest or LARGEST_SERVER)
+    return [f"g{i:05d}" for i in range(n_agents)], capacity
+
+
+def server_mix_fractions() -> np.ndarray:
+    """Table I proportions, in Table I order (for checking a drawn cluster)."""
+    counts = np.array([c for c, _, _ in GOOGLE_SERVER_MIX], dtype=float)
+    return counts / counts.sum()
+
+
+class GoogleWorkloadSpec(BaseModel):
+    """Parameters of the synthetic Google-like workload (defaults: see docs/traces.md).
+
+    Jobs arrive as a Poisson process; each job belongs to one user, has a number of tasks,
+    one per-task demand (normalized to the largest server) and per-task durations. The
+    arrival rate is set so that the offered CPU work equals `load` times the cluster's CPU
+    capacity over the window.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int = 0
+    users: int = Field(default=100, ge=1)
+    load: float = Field(default=0.9, gt=0, allow_inf_nan=False)
+    #: Zipf exponent of job counts per user (a few users submit most jobs).
+    user_skew: float = Field(default=1.0, ge=0, allow_inf_nan=False)
+    #: Each user's jobs lean CPU- or memory-heavy by a lognormal factor of this sigma.
+    user_shape_sigma: float = Field(default=0.5, ge=0, allow_inf_nan=False)
+    #: Tasks per job: bounded Pareto on [1, tasks_max] with this tail index.
+    tasks_alpha: float = Field(default=0.7, gt=0, allow_inf_nan=False)
+    tasks_max: int = Field(default=5000, ge=1)
+    #: Per-task demand: correlated lognormals (median, sigma), clipped to [min, max].
+    cpu_median: float = Field(default=0.015, gt=0, le=1)
+    cpu_sigma: float = Field(default=1.0, ge=0)
+    mem_median: float = Field(default=0.01, gt=0, le=1)
+    mem_sigma: float = Field(default=1.1, ge=0)
+    cpu_mem_correlation: float = Field(default=0.5, ge=-1, le=1)
+    demand_min: float = Field(default=0.001, gt=0, le=1)
+    demand_max: float = Field(default=0.5, gt=0, le=1)
+    #: Durations: batch jobs and long-running service jobs, lognormal (median, sigma), with
+    #: each task of a job scattered around the job's duration by `task_sigma`.
+    batch_median_s: float = Field(default=300.0, gt=0)
+    batch_sigma: float = Field(default=1.5, ge=0)
+    service_fraction: float = Field(default=0.05, ge=0, le=1)
+    service_median_s: float = Field(default=6 * 3600.0, gt=0)
+    service_sigma: float = Field(default=1.0, ge=0)
+    #: Service jobs are replicated: bounded Pareto task counts on [min, max].
+    service_tasks_min: int = Field(default=20, ge=1)
+    service_tasks_max: int = Field(default=1000, ge=1)
+    task_sigma: float = Field(default=0.3, ge=0)
+    duration_min_s: float = Field(default=10.0, gt=0)
+    duration_max_s: float = Field(default=3 * 86400.0, gt=0)
+    #: Start in steady state: jobs that would still be running at t = 0 had arrivals begun
+    #: `warm_start_s` earlier are submitted at 0 with their remaining work (the real trace
+    #: starts with a full cluster too). They are excluded from job completion times.
+    warm_start_s: float = Field(default=86400.0, ge=0)
+
+
+@dataclass
+class GoogleJobs:
+    """Generated jobs, in submission order. Demands are normalized to the largest server."""
+
+    submit_s: np.ndarray  # (J,)
+    user: np.ndarray  # (J,) user index
+    tasks: np.ndarray  # (J,) tasks per job
+    demand: np.ndarray  # (J, 2) cpus, mem per task
+    durations: np.ndarray  # (sum tasks,) per-task durations, job after job
+    offsets: np.ndarray  # (J + 1,) job j's tasks are durations[offsets[j]:offsets[j+1]]
+    warm: np.ndarray  # (J,) bool: carried over from before t = 0
+    user_names: list[str]
+
+    @property
+    def n_jobs(self) -> int:
+        return len(self.submit_s)
+
+
+def _bounded_pareto(
+    rng: np.random.Generator, alpha: float, low: float, high: float, size: int
+) -> np.ndarray:
+    """Integers in [low, high] from a Pareto(alpha) on [low, high + 1), floored."""
+    u = rng.random(size)
+    tail = (low / (high + 1.0)) ** alpha
+    x = low * (1.0 - u * (1.0 - tail)) ** (-1.0 / alpha)
+    return np.clip(np.floor(x), low, high).astype(np.int64)
+
+
+def _lognormal(rng: np.random.Generator, median: float, sigma: float, size: int) -> np.ndarray:
+    return median * np.exp(sigma * rng.standard_normal(size))
+
+
+def _draw_jobs(
+    spec: GoogleWorkloadSpec, rng: np.random.Generator, n: int, users: tuple[np.ndarray, ...]
+) -> dict[str, np.ndarray]:
+    """n jobs: user, tasks, normalized per-task cpu/mem, and the job's base duration."""
+    share, lean = users
+    user = rng.choice(spec.users, size=n, p=share)
+    service = rng.random(n) < spec.service_fraction
+    tasks = np.where(
+        service,
+        _bounded_pareto(
+            rng, spec.tasks_alpha, spec.service_tasks_min, spec.service_tasks_max, n
+        ),
+        _bounded_pareto(rng, spec.tasks_alpha, 1, spec.tasks_max, n),
+    )
+    rho = spec.cpu_mem_correlation
+    z1 = rng.standard_normal(n)
+    z2 = rho * z1 + np.sqrt(1 - rho**2) * rng.standard_normal(n)
+    cpu = spec.cpu_median * np.exp(spec.cpu_sigma * z1) * np.sqrt(lean[user])
+    mem = spec.mem_median * np.exp(spec.mem_sigma * z2) / np.sqrt(lean[user])
+    base = np.where(
+        service,
+        _lognormal(rng, spec.service_median_s, spec.service_sigma, n),
+        _lognormal(rng, spec.batch_median_s, spec.batch_sigma, n),
+    )
+    return {
+        "user": user,
+        "tasks": tasks,
+        "cpu": np.clip(cpu, spec.demand_min, spec.demand_max),
+        "mem": np.clip(mem, spec.demand_min, spec.demand_max),
+        "base": np.clip(base, spec.duration_min_s, spec.duration_max_s),
+    }
+
+
+def _window_work(
+    arrival: np.ndarray, cpu: np.ndarray, tasks: np.ndarray, durations: np.ndarray, horizon: float
+) -> float:
+    """Normalized CPU-seconds the jobs ask for inside [0, horizon)."""
+    start = np.repeat(arrival, tasks)
+    end = start + durations
+    overlap = np.clip(np.minimum(end, horizon) - np.maximum(start, 0.0), 0.0, None)
+    return float((np.repeat(cpu, tasks) * overlap).sum())
+
+
+def google_jobs(spec: GoogleWorkloadSpec, cpu_capacity: float, horizon_s: float) -> GoogleJobs:
+    """Jobs whose tasks ask for `spec.load` x `cpu_capacity` x `horizon_s` normalized
+    CPU-seconds inside [0, horizon_s).
+
+    `cpu_capacity` is the cluster's total CPU normalized to the largest server (about 0.53
+    per Table I server). Arrivals are a Poisson process; its rate is found by bisection so
+    that the work requested inside the window (counting the part of each task that falls
+    in it) is exactly the target, whatever the heavy tails drew.
+    """
+    rng = np.random.default_rng([spec.seed, 0x6002])
+    ranks = np.arange(1, spec.users + 1, dtype=float)
+    share = ranks**-spec.user_skew
+    users = (share / share.sum(), np.exp(spec.user_shape_sigma * rng.standard_normal(spec.users)))
+    window = horizon_s + spec.warm_start_s
+    target = spec.load * cpu_capacity * horizon_s
+    # A pool of jobs in arrival order, twice what the expected work needs.
+    chunks: list[dict[str, np.ndarray]] = []
+    work = 0.0
+    while work < 2 * spec.load * cpu_capacity * window:
+        chunk = _draw_jobs(spec, rng, 4096, users)
+        chunks.append(chunk)
+        work += float((chunk["tasks"] * chunk["cpu"] * chunk["base"]).sum())
+    pool = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    tasks = pool["tasks"]
+    durations = np.repeat(pool["base"], tasks) * np.exp(
+        spec.task_sigma * rng.standard_normal(int(tasks.sum()))
+    )
+    durations = np.clip(durations, spec.duration_min_s, spec.duration_max_s)
+    gaps = np.cumsum(rng.exponential(1.0, len(tasks)))  # unit-rate Poisson arrival epochs
+
+    def arrivals(rate: float) -> np.ndarray:
+        return gaps / rate - spec.warm_start_s
+
+    def work_at(rate: float) -> float:
+        arrival = arrivals(rate)
+        n = int(np.searchsorted(arrival, horizon_s))
+        last = int(tasks[:n].sum())
+        return _window_work(arrival[:n], pool["cpu"][:n], tasks[:n], durations[:last], horizon_s)
+
+    low, high = 1e-9, len(tasks) / window  # the whole pool arrives within the window
+    for _ in range(60):
+        rate = (low * high) ** 0.5
+        if work_at(rate) < target:
+            low = rate
+        else:
+            high = rate
+        if high / low < 1 + 1e-6:
+            break
+    arrival = arrivals(high)
+    n = int(np.searchsorted(arrival, horizon_s))
+    arrival, tasks = arrival[:n], tasks[:n]
+    durations = durations[: int(tasks.sum())]
+    user, cpu, mem = pool["user"][:n], pool["cpu"][:n], pool["mem"][:n]
+
+    # Warm start: a job that arrived before 0 keeps the tasks still running at 0, with the
+    # time they have left; jobs with none left are gone.
+    early = arrival < 0
+    if early.any():
+        job_of_task = np.repeat(np.arange(n), tasks)
+        left = durations + np.repeat(np.minimum(arrival, 0.0), tasks)
+        keep_task = ~early[job_of_task] | (left > 0)
+        durations = np.where(early[job_of_task], left, durations)[keep_task]
+        tasks = np.bincount(job_of_task[keep_task], minlength=n)
+        keep = tasks > 0
+        arrival, user, cpu, mem, early = (a[keep] for a in (arrival, user, cpu, mem, early))
+        tasks = tasks[keep]
+        arrival = np.maximum(arrival, 0.0)
+    offsets = np.concatenate([[0], np.cumsum(tasks)])
+    return GoogleJobs(
+        submit_s=arrival,
+        user=user.astype(np.int64),
+        tasks=tasks.astype(np.int64),
+        demand=np.column_stack([cpu, mem]),
+        durations=durations,
+        offsets=offsets.astype(np.int64),
+        warm=early,
+        user_names=[f"user{k:03d}" for k in range(spec.users)],
+    )
