@@ -68,8 +68,10 @@ def test_same_policy_code_as_the_static_fill():
 
 def test_role_level_then_framework_level():
     """Role 'a' has two frameworks, role 'b' one; identical tasks, 12 slots in all."""
-    for level, expected in (("role", {"a1": 3, "a2": 3, "b": 6}),
-                            ("framework", {"a1": 4, "a2": 4, "b": 4})):
+    for level, expected in (
+        ("role", {"a1": 3, "a2": 3, "b": 6}),
+        ("framework", {"a1": 4, "a2": 4, "b": 4}),
+    ):
         e = engine(level=level)
         e.add_agent("s", {"cpus": 12, "mem": 12})
         for name, role in (("a1", "a"), ("a2", "a"), ("b", "b")):
@@ -135,7 +137,9 @@ def test_capacity_never_exceeded_under_churn():
     rng = np.random.default_rng(4)
     e = engine("rpsdsf", level="role")
     for i in range(5):
-        e.add_agent(f"s{i}", {"cpus": float(rng.integers(4, 16)), "mem": float(rng.integers(4, 16))})
+        e.add_agent(
+            f"s{i}", {"cpus": float(rng.integers(4, 16)), "mem": float(rng.integers(4, 16))}
+        )
     demands = {}
     for n in range(6):
         d = {"cpus": float(rng.integers(1, 4)), "mem": float(rng.integers(1, 4))}
