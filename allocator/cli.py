@@ -12,7 +12,7 @@ from tqdm import tqdm
 from allocator import table1 as table1_module
 from allocator.engine import Trigger
 from allocator.errors import FairbrokerError
-from allocator.policy import SCHEDULERS, Selection, Ties
+from allocator.policy import PAPER_SCHEDULERS, SCHEDULERS, Selection, Ties
 from allocator.policy.levels import Level
 from allocator.scenario import load_scenario
 from allocator.state import Mode
@@ -200,7 +200,7 @@ def sim(
     batch = load_batch(scenario)
     bound = makespan_bound(batch)
     quiet = quiet or as_json or not sys.stderr.isatty()
-    runs = [(s, m) for s in SCHEDULERS for m in Mode] if compare else [(scheduler, mode)]
+    runs = [(s, m) for s in PAPER_SCHEDULERS for m in Mode] if compare else [(scheduler, mode)]
     results = [_simulate(batch, s, m, level, trigger, seed, quiet) for s, m in runs]
     if plot:
         plot_runs([(f"{r.scheduler}/{r.mode}", r.series) for r in results], plot, batch.name)

@@ -34,6 +34,10 @@ SCHEDULERS: dict[str, Scheduler] = {
 }
 
 
+#: The five schedulers of paper 002 (what `--compare` and the paper reports run).
+PAPER_SCHEDULERS = ("drf", "tsf", "psdsf", "rpsdsf", "bfdrf")
+
+
 def scheduler(name: str) -> Scheduler:
     try:
         return SCHEDULERS[name.lower()]
@@ -42,4 +46,4 @@ def scheduler(name: str) -> Scheduler:
         raise ScenarioError(f"scheduler: unknown {name!r} (known: {known})") from None
 
 
-__all__ = ["SCHEDULERS", "Criterion", "Scheduler", "Selection", "Ties", "scheduler"]
+__all__ = ["PAPER_SCHEDULERS", "SCHEDULERS", "Criterion", "Scheduler", "Selection", "Ties", "scheduler"]

@@ -1,0 +1,145 @@
+"""The batch simulator: hand-computed timelines, the bound, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from allocator.sim.batch import load_batch, parse_batch
+from allocator.sim.bound import makespan_bound
+from allocator.sim.simulator import BatchSimulator
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "benchmarks" / "scenarios"
+
+
+def batch(jobs_per_queue: int = 1, queues: int = 1, executors: int = 4, **job) -> dict:
+    return {
+        "agents": [{"name": "s", "resources": {"cpus": 8, "mem": 8}}],
+        "groups": [
+            {
+                "name": "g",
+                "queues": queues,
+                "jobs_per_queue": jobs_per_queue,
+                "demand": {"cpus": 1, "mem": 1},
+                "executors": executors,
+                "job": {
+                    "work": 40,
+                    "startup_s": 5,
+                    "executor_start_s": 3,
+                    "serial_s": 2,
+                    "release_spread_s": 2,
+                    **job,
+                },
+            }
+        ],
+    }
+
+
+def test_one_job_timeline():
+    """Driver up at 5 s, 4 executors granted at once (registration triggers a run), working
+    from 8 s, 40 executor-seconds take 10 s, 2 s serial: done at 20 s."""
+    result = BatchSimulator(parse_batch(batch()), "drf").run()
+    (job,) = result.jobs
+    assert job.registered == 5
+    assert job.finished == pytest.approx(20)
+    assert result.makespan_s == pytest.approx(20)
+    # 4 of 8 cpus from 5 s to 20 s, over the 20 s the batch was busy.
+    assert result.series.time_average()["cpus"] == pytest.approx(0.5 * 15 / 20)
+    assert result.grants == 4  # characterized: one executor per grant
+
+
+def test_queue_runs_jobs_one_after_another():
+    result = BatchSimulator(parse_batch(batch(jobs_per_queue=3)), "drf").run()
+    finished = sorted(j.finished for j in result.jobs)
+    assert finished == pytest.approx([20, 40, 60])
+
+
+def test_executors_that_do_not_fit_wait_and_slow_the_job():
+    """Two queues of 8-executor jobs on 8 cpus: each job gets 4, work 40 takes 10 s."""
+    spec = parse_batch(batch(queues=2, executors=8))
+    result = BatchSimulator(spec, "drf").run()
+    assert [j.finished for j in result.jobs] == pytest.approx([20, 20])
+
+
+@pytest.mark.parametrize("name", ["drf", "tsf", "psdsf", "rpsdsf", "bfdrf"])
+@pytest.mark.parametrize("mode", ["characterized", "oblivious"])
+def test_paper_cluster_batch_completes_above_the_bound(name, mode):
+    data = yaml.safe_load((SCENARIOS / "paper-batch.yaml").read_text())
+    for group in data["groups"]:
+        group["jobs_per_queue"] = 3
+    spec = parse_batch(data)
+    result = BatchSimulator(spec, name, mode, seed=2).run()
+    assert len(result.jobs) == 30
+    assert all(j.finished > j.submitted for j in result.jobs)
+    bound = makespan_bound(spec)
+    assert result.makespan_s >= bound.seconds
+    assert 0 < result.series.time_average()["cpus"] <= 1
+    assert not result.series.engine.running  # every executor released
+
+
+def test_bound_of_a_single_group():
+    """One agent, 8 executors at once: 4 jobs x 40 executor-seconds need >= 20 s fluid,
+    and the chain of 4 jobs at 8 executors takes 4 x (5 + 3 + 2 + 5) = 60 s."""
+    bound = makespan_bound(parse_batch(batch(jobs_per_queue=4, executors=8)))
+    assert bound.fluid_s == pytest.approx(20)
+    assert bound.chain_s == pytest.approx(60)
+
+
+def test_shipped_scenarios_load():
+    for name in ("paper-batch.yaml", "vf.yaml"):
+        spec = load_batch(SCENARIOS / name)
+        assert {g.name for g in spec.groups} == {"pi", "wordcount"}
+    vf = load_batch(SCENARIOS / "vf.yaml")
+    assert [a.register_at for a in vf.agents] == sorted(a.register_at for a in vf.agents)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from allocator.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_sim_cli_json(tmp_path):
+    path = tmp_path / "b.yaml"
+    path.write_text(yaml.safe_dump(batch(jobs_per_queue=2)))
+    done = run_cli("sim", str(path), "--scheduler", "rpsdsf", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["makespan_s"] == pytest.approx(40)
+    assert out["jobs"] == 2
+    assert set(out["jct_s"]) == {"mean", "p50", "p95"}
+    assert set(out["allocated"]) == {"cpus", "mem"}
+    assert 0 < out["fairness"] <= 1 and out["grants"] == 8
+    assert out["makespan_bound_s"] <= out["makespan_s"]
+
+
+BAD = {
+    "unknown scheduler": (None, ["--scheduler", "fifo"], "--scheduler"),
+    "fits no agent": ({"demand": {"cpus": 9, "mem": 1}}, [], "fits no agent"),
+    "negative queues": ({"queues": -1}, [], "groups[0].queues"),
+    "no demand": ({"demand": None}, [], "demand or spark"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_batches_are_one_line_errors(tmp_path, case):
+    change, args, expected = BAD[case]
+    data = batch()
+    if change:
+        data["groups"][0].update(change)
+        data["groups"][0] = {k: v for k, v in data["groups"][0].items() if v is not None}
+    path = tmp_path / "b.yaml"
+    path.write_text(yaml.safe_dump(data))
+    done = run_cli("sim", str(path), *args)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], done.stderr
