@@ -26,6 +26,7 @@ lint: install
 bench: install
 	$(PY) -m benchmarks.bench_fill
 	$(PY) -m benchmarks.ties_report
+	$(PY) -m benchmarks.sim_claims
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

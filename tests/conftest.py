@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -37,4 +40,14 @@ def make_cluster(
         max_tasks=np.array(max_tasks if max_tasks is not None else [np.inf] * n_f, dtype=float),
         role_of=np.zeros(n_f, dtype=np.int64),
         role_names=("*",),
+    )
+
+
+def run_fairbroker(*args: str) -> subprocess.CompletedProcess[str]:
+    """The `fairbroker` command as a user runs it, in a real subprocess."""
+    return subprocess.run(
+        [sys.executable, "-c", "from allocator.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )

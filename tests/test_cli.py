@@ -3,26 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_fairbroker
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "allocator" / "data" / "paper002-example.yaml"
 
 
-def fairbroker(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from allocator.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 def test_fill_json_is_one_object():
-    done = fairbroker("fill", str(EXAMPLE), "--scheduler", "rpsdsf", "--trials", "5", "--json")
+    done = run_fairbroker("fill", str(EXAMPLE), "--scheduler", "rpsdsf", "--trials", "5", "--json")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)  # exactly one JSON document on stdout
     assert out["scheduler"] == "rpsdsf"
@@ -39,19 +29,21 @@ def test_fill_json_is_one_object():
 
 
 def test_fill_text_report():
-    done = fairbroker("fill", str(EXAMPLE), "-s", "drf", "--selection", "random", "--trials", "20")
+    done = run_fairbroker(
+        "fill", str(EXAMPLE), "-s", "drf", "--selection", "random", "--trials", "20"
+    )
     assert done.returncode == 0, done.stderr
     assert "total tasks" in done.stdout and "optimum: 42.0 tasks" in done.stdout
 
 
 def test_oblivious_tsf_says_it_uses_observed_demand():
-    done = fairbroker("fill", str(EXAMPLE), "-s", "tsf", "--mode", "oblivious", "--json")
+    done = run_fairbroker("fill", str(EXAMPLE), "-s", "tsf", "--mode", "oblivious", "--json")
     assert done.returncode == 0, done.stderr
     assert any("observed" in note for note in json.loads(done.stdout)["notes"])
 
 
 def test_table1_prints_paper_and_ours():
-    done = fairbroker("table1", "--trials", "50", "--json")
+    done = run_fairbroker("table1", "--trials", "50", "--json")
     assert done.returncode == 0, done.stderr
     rows = {row["row"]: row for row in json.loads(done.stdout)["rows"]}
     assert set(rows) == {"DRF", "TSF", "RRR-PS-DSF", "BF-DRF", "PS-DSF (joint)", "rPS-DSF"}
@@ -89,7 +81,7 @@ def test_bad_scenario_is_one_line_error(tmp_path, case):
     text, expected = BAD[case]
     path = tmp_path / "scenario.yaml"
     path.write_text(text)
-    done = fairbroker("fill", str(path), "--scheduler", "drf")
+    done = run_fairbroker("fill", str(path), "--scheduler", "drf")
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
@@ -107,12 +99,12 @@ def test_bad_scenario_is_one_line_error(tmp_path, case):
     ],
 )
 def test_bad_options_are_one_line_errors(args, expected):
-    done = fairbroker("fill", str(EXAMPLE), *args)
+    done = run_fairbroker("fill", str(EXAMPLE), *args)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and expected in done.stderr
 
 
 def test_missing_file(tmp_path):
-    done = fairbroker("fill", str(tmp_path / "nope.yaml"), "--scheduler", "drf")
+    done = run_fairbroker("fill", str(tmp_path / "nope.yaml"), "--scheduler", "drf")
     assert done.returncode == 2 and "cannot read" in done.stderr

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import run_fairbroker
 
 from allocator.sim.batch import load_batch, parse_batch
 from allocator.sim.bound import makespan_bound
@@ -98,19 +97,10 @@ def test_shipped_scenarios_load():
     assert [a.register_at for a in vf.agents] == sorted(a.register_at for a in vf.agents)
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from allocator.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 def test_sim_cli_json(tmp_path):
     path = tmp_path / "b.yaml"
     path.write_text(yaml.safe_dump(batch(jobs_per_queue=2)))
-    done = run_cli("sim", str(path), "--scheduler", "rpsdsf", "--json")
+    done = run_fairbroker("sim", str(path), "--scheduler", "rpsdsf", "--json")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["makespan_s"] == pytest.approx(40)
@@ -138,7 +128,7 @@ def test_bad_batches_are_one_line_errors(tmp_path, case):
         data["groups"][0] = {k: v for k, v in data["groups"][0].items() if v is not None}
     path = tmp_path / "b.yaml"
     path.write_text(yaml.safe_dump(data))
-    done = run_cli("sim", str(path), *args)
+    done = run_fairbroker("sim", str(path), *args)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
