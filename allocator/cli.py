@@ -192,11 +192,15 @@ def sim(
     quiet: bool,
     plot: str | None,
 ) -> None:
-    """Simulate a job batch (SCENARIO) in virtual time through the online engine."""
+    """Simulate a job batch or a trace (SCENARIO) in virtual time through the online engine."""
     from allocator.sim.batch import load_batch
     from allocator.sim.bound import makespan_bound
     from allocator.sim.plot import plot_runs
+    from allocator.sim.trace import scenario_kind
 
+    if scenario_kind(scenario) == "trace":
+        _simulate_trace(scenario, scheduler, mode, level, trigger, seed, compare, as_json, quiet)
+        return
     batch = load_batch(scenario)
     bound = makespan_bound(batch)
     quiet = quiet or as_json or not sys.stderr.isatty()
@@ -228,6 +232,45 @@ def sim(
         )
     if plot:
         click.echo(f"plot written to {plot}")
+
+
+def _simulate_trace(
+    scenario: str,
+    scheduler: str,
+    mode: str,
+    level: str,
+    trigger: str,
+    seed: int,
+    compare: bool,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Trace scenarios (`kind: trace`): task-level workloads, see docs/traces.md."""
+    from allocator.sim.trace import run_trace
+
+    runs = [(s, m) for s in PAPER_SCHEDULERS for m in Mode] if compare else [(scheduler, mode)]
+    payloads = []
+    for name, run_mode in runs:
+        result = run_trace(scenario, name, run_mode, level=level, seed=seed, trigger=trigger)
+        payload = result.to_json()
+        payload.pop("series", None)
+        payloads.append(payload)
+    if as_json:
+        click.echo(json.dumps({"runs": payloads} if compare else payloads[0]))
+        return
+    click.echo(f"{scenario}: level {level}, trigger {trigger}, seed {seed}")
+    click.echo(
+        f"{'scheduler':<10}{'mode':<15}{'cpus %':>8}{'mem %':>7}{'fair':>6}"
+        f"{'tasks done':>12}{'jct mean':>10}{'grants':>9}"
+    )
+    for p in payloads:
+        jct = p["jct_s"]["mean"]
+        click.echo(
+            f"{p['scheduler']:<10}{p['mode']:<15}{p['allocated']['cpus'] * 100:>8.1f}"
+            f"{p['allocated']['mem'] * 100:>7.1f}{p['fairness']:>6.2f}"
+            f"{p['tasks']['completed']:>12}{'-' if jct is None else f'{jct:.1f}':>10}"
+            f"{p['grants']:>9}"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

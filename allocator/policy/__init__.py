@@ -10,6 +10,7 @@ from allocator.policy.drf import DRF
 from allocator.policy.psdsf import PSDSF
 from allocator.policy.rpsdsf import RPSDSF
 from allocator.policy.selection import Selection
+from allocator.policy.slots import Slots
 from allocator.policy.ties import Ties
 from allocator.policy.tsf import TSF
 
@@ -30,6 +31,9 @@ SCHEDULERS: dict[str, Scheduler] = {
         Scheduler("psdsf", "PS-DSF", PSDSF, Selection.RRR),
         Scheduler("rpsdsf", "rPS-DSF", RPSDSF, Selection.RRR),
         Scheduler("bfdrf", "BF-DRF", DRF, Selection.BESTFIT),
+        # Paper 001's Hadoop-style baseline: max-min on task (slot) counts; agents visited
+        # in random order, as TaskTrackers heartbeat. Needs the trace simulator's slots.
+        Scheduler("slots", "Slots", Slots, Selection.RRR),
     )
 }
 
@@ -46,4 +50,12 @@ def scheduler(name: str) -> Scheduler:
         raise ScenarioError(f"scheduler: unknown {name!r} (known: {known})") from None
 
 
-__all__ = ["PAPER_SCHEDULERS", "SCHEDULERS", "Criterion", "Scheduler", "Selection", "Ties", "scheduler"]
+__all__ = [
+    "PAPER_SCHEDULERS",
+    "SCHEDULERS",
+    "Criterion",
+    "Scheduler",
+    "Selection",
+    "Ties",
+    "scheduler",
+]

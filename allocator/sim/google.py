@@ -45,8 +45,8 @@ class GoogleWorkloadSpec(BaseModel):
 
     Jobs arrive as a Poisson process; each job belongs to one user, has a number of tasks,
     one per-task demand (normalized to the largest server) and per-task durations. The
-    arrival rate is set so that the offered CPU work equals `load` times the cluster's CPU
-    capacity over the window.
+    arrival rate is set so that the work requested inside the window, in the bottleneck
+    resource, is `load` times the cluster's capacity over the window.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -73,8 +73,8 @@ class GoogleWorkloadSpec(BaseModel):
     #: each task of a job scattered around the job's duration by `task_sigma`.
     batch_median_s: float = Field(default=300.0, gt=0)
     batch_sigma: float = Field(default=1.5, ge=0)
-    service_fraction: float = Field(default=0.05, ge=0, le=1)
-    service_median_s: float = Field(default=6 * 3600.0, gt=0)
+    service_fraction: float = Field(default=0.1, ge=0, le=1)
+    service_median_s: float = Field(default=12 * 3600.0, gt=0)
     service_sigma: float = Field(default=1.0, ge=0)
     #: Service jobs are replicated: bounded Pareto task counts on [min, max].
     service_tasks_min: int = Field(default=20, ge=1)
@@ -129,9 +129,7 @@ def _draw_jobs(
     service = rng.random(n) < spec.service_fraction
     tasks = np.where(
         service,
-        _bounded_pareto(
-            rng, spec.tasks_alpha, spec.service_tasks_min, spec.service_tasks_max, n
-        ),
+        _bounded_pareto(rng, spec.tasks_alpha, spec.service_tasks_min, spec.service_tasks_max, n),
         _bounded_pareto(rng, spec.tasks_alpha, 1, spec.tasks_max, n),
     )
     rho = spec.cpu_mem_correlation
@@ -154,34 +152,34 @@ def _draw_jobs(
 
 
 def _window_work(
-    arrival: np.ndarray, cpu: np.ndarray, tasks: np.ndarray, durations: np.ndarray, horizon: float
-) -> float:
-    """Normalized CPU-seconds the jobs ask for inside [0, horizon)."""
+    arrival: np.ndarray, demand: np.ndarray, tasks: np.ndarray, durations: np.ndarray, end: float
+) -> np.ndarray:
+    """(2,) normalized cpu- and mem-seconds the jobs ask for inside [0, end)."""
     start = np.repeat(arrival, tasks)
-    end = start + durations
-    overlap = np.clip(np.minimum(end, horizon) - np.maximum(start, 0.0), 0.0, None)
-    return float((np.repeat(cpu, tasks) * overlap).sum())
+    overlap = np.clip(np.minimum(start + durations, end) - np.maximum(start, 0.0), 0.0, None)
+    per_job = np.add.reduceat(overlap, np.concatenate([[0], np.cumsum(tasks)[:-1]]))
+    return (per_job[tasks > 0, None] * demand[tasks > 0]).sum(axis=0)
 
 
-def google_jobs(spec: GoogleWorkloadSpec, cpu_capacity: float, horizon_s: float) -> GoogleJobs:
-    """Jobs whose tasks ask for `spec.load` x `cpu_capacity` x `horizon_s` normalized
-    CPU-seconds inside [0, horizon_s).
+def google_jobs(spec: GoogleWorkloadSpec, capacity: np.ndarray, horizon_s: float) -> GoogleJobs:
+    """Jobs that ask for `spec.load` of the cluster over [0, horizon_s) in their bottleneck
+    resource: max_r (r-seconds requested inside the window) / (capacity_r x horizon_s).
 
-    `cpu_capacity` is the cluster's total CPU normalized to the largest server (about 0.53
-    per Table I server). Arrivals are a Poisson process; its rate is found by bisection so
-    that the work requested inside the window (counting the part of each task that falls
-    in it) is exactly the target, whatever the heavy tails drew.
+    `capacity` is the cluster's total (cpus, mem) normalized to the largest server (about
+    0.53 and 0.47 per Table I server). Arrivals are a Poisson process; its rate is found by
+    bisection so that the work requested inside the window (the part of each task that
+    falls in it) hits the target, whatever the heavy tails drew.
     """
     rng = np.random.default_rng([spec.seed, 0x6002])
     ranks = np.arange(1, spec.users + 1, dtype=float)
     share = ranks**-spec.user_skew
     users = (share / share.sum(), np.exp(spec.user_shape_sigma * rng.standard_normal(spec.users)))
     window = horizon_s + spec.warm_start_s
-    target = spec.load * cpu_capacity * horizon_s
-    # A pool of jobs in arrival order, twice what the expected work needs.
+    capacity = np.asarray(capacity, dtype=float)
+    # A pool of jobs in arrival order, about twice what the target needs (in CPU).
     chunks: list[dict[str, np.ndarray]] = []
     work = 0.0
-    while work < 2 * spec.load * cpu_capacity * window:
+    while work < 2 * spec.load * capacity[0] * window:
         chunk = _draw_jobs(spec, rng, 4096, users)
         chunks.append(chunk)
         work += float((chunk["tasks"] * chunk["cpu"] * chunk["base"]).sum())
@@ -196,16 +194,26 @@ def google_jobs(spec: GoogleWorkloadSpec, cpu_capacity: float, horizon_s: float)
     def arrivals(rate: float) -> np.ndarray:
         return gaps / rate - spec.warm_start_s
 
-    def work_at(rate: float) -> float:
+    demand = np.column_stack([pool["cpu"], pool["mem"]])
+
+    def load_at(rate: float) -> float:
         arrival = arrivals(rate)
         n = int(np.searchsorted(arrival, horizon_s))
+        if n == 0:
+            return 0.0
         last = int(tasks[:n].sum())
-        return _window_work(arrival[:n], pool["cpu"][:n], tasks[:n], durations[:last], horizon_s)
+        work = _window_work(arrival[:n], demand[:n], tasks[:n], durations[:last], horizon_s)
+        return float((work / (capacity * horizon_s)).max())
 
     low, high = 1e-9, len(tasks) / window  # the whole pool arrives within the window
+    if load_at(high) < spec.load:
+        raise ValueError(
+            f"jobs.google: cannot reach load {spec.load} with these distributions "
+            "(tasks too short or too small for the window)"
+        )
     for _ in range(60):
         rate = (low * high) ** 0.5
-        if work_at(rate) < target:
+        if load_at(rate) < spec.load:
             low = rate
         else:
             high = rate

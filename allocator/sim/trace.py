@@ -1,0 +1,671 @@
+"""Trace scenarios: a cluster, users that may join and leave, and jobs of tasks.
+
+A trace scenario is a YAML file with `kind: trace` (docs/traces.md has the full format):
+
+```yaml
+kind: trace
+name: drfh-dynamic
+horizon_s: 1500            # stop here (omit: run until every task has finished)
+sample_s: 10               # time-series sampling interval
+cluster: {google: {agents: 100, seed: 1}}      # or {csv: machines.csv} or {agents: [...]}
+users:                     # optional: weights, join and leave times
+  - {name: u1, join_s: 0, leave_s: 1080}
+jobs:                      # exactly one of list / csv / google
+  list:
+    - {user: u1, tasks: 1000000, demand_norm: {cpus: 0.2, mem: 0.3}, duration_s: [20, 40]}
+```
+
+Loading turns it into a `TraceWorkload`: absolute capacities, task groups (one engine
+framework each: a job's tasks of one demand vector) and their arrivals, with user join and
+leave times already applied. CSV errors name the file, line and field.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from allocator.errors import ScenarioError
+from allocator.model import _check_amounts
+from allocator.scenario import _first_error
+from allocator.sim.batch import TimedAgentSpec
+from allocator.sim.google import GoogleClusterSpec, GoogleWorkloadSpec, google_cluster, google_jobs
+from allocator.workloads import LARGEST_SERVER
+
+if TYPE_CHECKING:
+    from allocator.sim.trace_sim import TraceResult
+
+#: Jobs are classified by their number of tasks for completion times (paper 001 Fig. 6b
+#: uses five classes by task count; these bounds are ours).
+SIZE_CLASSES: tuple[tuple[str, int, float], ...] = (
+    ("1", 1, 1),
+    ("2-10", 2, 10),
+    ("11-100", 11, 100),
+    ("101-1000", 101, 1000),
+    (">1000", 1001, math.inf),
+)
+
+
+# ---- the materialized workload the simulator runs ---------------------------------------
+@dataclass
+class TraceUser:
+    name: str
+    weight: float = 1.0
+    join_s: float = 0.0
+    leave_s: float = math.inf
+
+
+@dataclass
+class TraceJob:
+    name: str
+    user: int
+    tasks: int  # tasks submitted inside the window, over all its arrivals
+    submit_s: float  # first (effective) arrival
+    warm: bool = False  # carried over from before t = 0: no completion time
+
+
+@dataclass
+class TaskGroup:
+    """One engine framework: the tasks of a job that share a demand vector."""
+
+    name: str
+    job: int
+    user: int
+    demand: np.ndarray  # (R,) absolute
+
+
+@dataclass
+class Arrival:
+    time: float
+    group: int
+    tasks: int
+    durations: np.ndarray | None = None  # per task, in start order
+    duration_range: tuple[float, float] = (0.0, 0.0)  # uniform draws when durations is None
+
+
+@dataclass
+class TraceWorkload:
+    name: str
+    resources: tuple[str, ...]
+    largest: np.ndarray  # (R,) the "maximum server" normalized demands refer to
+    agent_names: list[str]
+    capacity: np.ndarray  # (A, R)
+    register_s: np.ndarray  # (A,)
+    users: list[TraceUser]
+    jobs: list[TraceJob]
+    groups: list[TaskGroup]
+    arrivals: list[Arrival]  # sorted by time
+    horizon_s: float | None = None
+    sample_s: float = 60.0
+    seed: int = 0
+    description: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def total_tasks(self) -> int:
+        return sum(a.tasks for a in self.arrivals)
+
+
+# ---- the YAML schema ---------------------------------------------------------------------
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ClusterSpec(_Strict):
+    google: GoogleClusterSpec | None = None
+    agents: list[TimedAgentSpec] | None = None
+    csv: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ClusterSpec:
+        if sum(x is not None for x in (self.google, self.agents, self.csv)) != 1:
+            raise ValueError("give exactly one of google, agents or csv")
+        return self
+
+
+class UserSpec(_Strict):
+    name: str = Field(min_length=1)
+    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    join_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    leave_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _order(self) -> UserSpec:
+        if self.leave_s is not None and self.leave_s <= self.join_s:
+            raise ValueError("leave_s: must be after join_s")
+        return self
+
+
+class ListJobSpec(_Strict):
+    user: str = Field(min_length=1)
+    name: str | None = None
+    submit_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    tasks: int = Field(ge=1)
+    demand: dict[str, float] | None = None
+    demand_norm: dict[str, float] | None = None
+    duration_s: float | tuple[float, float]
+
+    @model_validator(mode="after")
+    def _check(self) -> ListJobSpec:
+        if (self.demand is None) == (self.demand_norm is None):
+            raise ValueError("give exactly one of demand (absolute) or demand_norm")
+        _check_amounts(self.demand or self.demand_norm or {}, "demand")
+        low, high = _range(self.duration_s)
+        if not (0 < low <= high < math.inf):
+            raise ValueError("duration_s: must be positive and finite (a value or [low, high])")
+        return self
+
+
+class JobsSpec(_Strict):
+    entries: list[ListJobSpec] | None = Field(default=None, alias="list")
+    csv: str | None = None
+    google: GoogleWorkloadSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> JobsSpec:
+        if sum(x is not None for x in (self.entries, self.csv, self.google)) != 1:
+            raise ValueError("give exactly one of list, csv or google")
+        return self
+
+
+class TraceSpec(_Strict):
+    kind: Literal["trace"]
+    name: str = "trace"
+    description: str = ""
+    calibration: str = ""
+    resources: list[str] = Field(default_factory=lambda: ["cpus", "mem"], min_length=1)
+    largest: dict[str, float] | None = None
+    horizon_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    sample_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    seed: int = 0
+    cluster: ClusterSpec
+    users: list[UserSpec] = []
+    jobs: JobsSpec
+
+    @model_validator(mode="after")
+    def _check(self) -> TraceSpec:
+        if self.jobs.google is not None and self.horizon_s is None:
+            raise ValueError("horizon_s: required with jobs.google (the arrival window)")
+        seen: set[str] = set()
+        for i, user in enumerate(self.users):
+            if user.name in seen:
+                raise ValueError(f"users[{i}].name: duplicate name {user.name!r}")
+            seen.add(user.name)
+        return self
+
+
+def _range(value: float | tuple[float, float]) -> tuple[float, float]:
+    if isinstance(value, tuple | list):
+        return float(value[0]), float(value[1])
+    return float(value), float(value)
+
+
+# ---- CSV readers --------------------------------------------------------------------------
+class TraceFileError(ScenarioError):
+    """A bad CSV file; the message starts with file:line: field:."""
+
+
+def _fail(path: Path, line: int, field_name: str, problem: str) -> TraceFileError:
+    return TraceFileError(f"{path}:{line}: {field_name}: {problem}")
+
+
+def _number(path: Path, line: int, name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise _fail(path, line, name, f"not a number: {text.strip()!r}") from None
+    if not math.isfinite(value):
+        raise _fail(path, line, name, f"must be finite, got {text.strip()}")
+    if value < 0:
+        raise _fail(path, line, name, f"must not be negative, got {text.strip()}")
+    return value
+
+
+class _CsvTable:
+    """A CSV file with a header row; `#` comment lines and blank lines are skipped."""
+
+    def __init__(
+        self,
+        path: Path,
+        required: tuple[str, ...],
+        optional: tuple[str, ...],
+        resources: tuple[str, ...],
+    ) -> None:
+        self.path = path
+        try:
+            self._handle = path.open(newline="")
+        except OSError as error:
+            raise ScenarioError(f"{path}: cannot read ({error.strerror})") from None
+        try:
+            self._numbered = _Numbered(self._handle)
+            self._reader = csv.reader(self._numbered.lines())
+            self._header(required, optional, resources)
+        except BaseException:
+            self._handle.close()
+            raise
+
+    def _header(
+        self, required: tuple[str, ...], optional: tuple[str, ...], resources: tuple[str, ...]
+    ) -> None:
+        path = self.path
+        try:
+            header = next(self._reader)
+        except StopIteration:
+            raise _fail(path, 1, "header", "empty file") from None
+        line = self.header_line = self._numbered.number
+        self.columns = [h.strip() for h in header]
+        self.index = {name: i for i, name in enumerate(self.columns)}
+        if len(self.index) != len(self.columns):
+            raise _fail(path, line, "header", "duplicate column")
+        known = set(required) | set(optional)
+        self.resource_columns: list[tuple[int, int, bool]] = []  # (column, resource, normalized)
+        seen: set[int] = set()
+        for i, name in enumerate(self.columns):
+            if name in known:
+                continue
+            base, normalized = (name[:-5], True) if name.endswith("_norm") else (name, False)
+            if base not in resources:
+                expected = ", ".join([*required, *optional, *resources])
+                problem = (
+                    f"unknown column {name!r} (expected {expected}; resources may end in _norm)"
+                )
+                raise _fail(path, line, "header", problem)
+            r = resources.index(base)
+            if r in seen:
+                raise _fail(path, line, "header", f"{base!r} given twice (absolute and _norm)")
+            seen.add(r)
+            self.resource_columns.append((i, r, normalized))
+        for name in required:
+            if name not in self.index:
+                raise _fail(path, line, "header", f"missing column {name!r}")
+        if not self.resource_columns:
+            problem = f"no resource column (one of {', '.join(resources)}, or with _norm)"
+            raise _fail(path, line, "header", problem)
+
+    def rows(self):
+        """Yields (line number, fields) with the field count checked."""
+        with self._handle:
+            for row in self._reader:
+                line = self._numbered.number
+                if len(row) != len(self.columns):
+                    raise _fail(
+                        self.path,
+                        line,
+                        "row",
+                        f"expected {len(self.columns)} fields, got {len(row)}",
+                    )
+                yield line, row
+
+    def demand(self, line: int, row: list[str], largest: np.ndarray, n: int) -> np.ndarray:
+        vector = np.zeros(n)
+        for column, r, normalized in self.resource_columns:
+            value = _number(self.path, line, self.columns[column], row[column])
+            vector[r] = value * largest[r] if normalized else value
+        return vector
+
+
+class _Numbered:
+    """Feeds csv.reader the non-comment lines and remembers each one's line number."""
+
+    def __init__(self, handle) -> None:
+        self.handle = handle
+        self.number = 0
+
+    def lines(self):
+        for number, text in enumerate(self.handle, start=1):
+            if text.strip() and not text.lstrip().startswith("#"):
+                self.number = number
+                yield text
+
+
+def read_machines_csv(
+    path: Path, resources: tuple[str, ...], largest: np.ndarray
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """`name,<resource or resource_norm>...[,register_s]` -> names, capacity, register times."""
+    table = _CsvTable(path, ("name",), ("register_s",), resources)
+    names: list[str] = []
+    capacity: list[np.ndarray] = []
+    register: list[float] = []
+    seen: set[str] = set()
+    for line, row in table.rows():
+        name = row[table.index["name"]].strip()
+        if not name:
+            raise _fail(path, line, "name", "empty")
+        if name in seen:
+            raise _fail(path, line, "name", f"duplicate machine {name!r}")
+        seen.add(name)
+        vector = table.demand(line, row, largest, len(resources))
+        if not (vector > 0).any():
+            raise _fail(path, line, "capacity", "must be positive in at least one resource")
+        names.append(name)
+        capacity.append(vector)
+        at = table.index.get("register_s")
+        register.append(0.0 if at is None else _number(path, line, "register_s", row[at]))
+    if not names:
+        raise _fail(path, table.header_line, "rows", "no machines")
+    return names, np.array(capacity), np.array(register)
+
+
+@dataclass
+class CsvTaskRow:
+    line: int
+    submit_s: float
+    user: str
+    job: str
+    tasks: int
+    demand: np.ndarray
+    duration_s: float
+
+
+def read_jobs_csv(path: Path, resources: tuple[str, ...], largest: np.ndarray) -> list[CsvTaskRow]:
+    """`submit_s,user,job[,tasks],<resources>,duration_s`: one row per task or per job."""
+    table = _CsvTable(path, ("submit_s", "user", "job", "duration_s"), ("tasks",), resources)
+    rows: list[CsvTaskRow] = []
+    index = table.index
+    for line, row in table.rows():
+        user = row[index["user"]].strip()
+        job = row[index["job"]].strip()
+        for name, value in (("user", user), ("job", job)):
+            if not value:
+                raise _fail(path, line, name, "empty")
+        tasks = 1
+        if "tasks" in index:
+            text = row[index["tasks"]].strip()
+            if not text.isdigit() or int(text) < 1:
+                raise _fail(path, line, "tasks", f"must be a whole number >= 1, got {text!r}")
+            tasks = int(text)
+        duration = _number(path, line, "duration_s", row[index["duration_s"]])
+        if duration <= 0:
+            raise _fail(path, line, "duration_s", "must be positive")
+        demand = table.demand(line, row, largest, len(resources))
+        if not (demand > 0).any():
+            raise _fail(path, line, "demand", "must be positive in at least one resource")
+        submit = _number(path, line, "submit_s", row[index["submit_s"]])
+        rows.append(CsvTaskRow(line, submit, user, job, tasks, demand, duration))
+    if not rows:
+        raise _fail(path, table.header_line, "rows", "no tasks")
+    return rows
+
+
+# ---- building the workload ----------------------------------------------------------------
+def _cluster(spec: TraceSpec, base: Path, resources: tuple[str, ...]):
+    cluster = spec.cluster
+    declared = spec.largest
+    if cluster.google is not None:
+        largest = dict(LARGEST_SERVER) | (declared or {})
+        names, capacity2 = google_cluster(cluster.google.agents, cluster.google.seed, largest)
+        capacity = np.zeros((len(names), len(resources)))
+        for k, r in enumerate(("cpus", "mem")):
+            if r in resources:
+                capacity[:, resources.index(r)] = capacity2[:, k]
+        extra = [r for r in resources if r not in ("cpus", "mem")]
+        if extra:
+            raise ScenarioError(f"cluster.google: Table I has cpus and mem only, not {extra[0]!r}")
+        return names, capacity, np.zeros(len(names)), np.array([largest[r] for r in resources])
+    if cluster.agents is not None:
+        names = [a.name for a in cluster.agents]
+        if len(set(names)) != len(names):
+            raise ScenarioError("cluster.agents: duplicate agent name")
+        capacity = np.zeros((len(names), len(resources)))
+        for i, agent in enumerate(cluster.agents):
+            for r, amount in agent.resources.items():
+                if r not in resources:
+                    raise ScenarioError(f"cluster.agents[{i}].resources.{r}: unknown resource")
+                capacity[i, resources.index(r)] = amount
+        register = np.array([a.register_at for a in cluster.agents])
+    else:
+        path = base / str(cluster.csv)
+        fallback = np.array([LARGEST_SERVER.get(r, 1.0) for r in resources])
+        if declared:
+            fallback = np.array(
+                [declared.get(r, f) for r, f in zip(resources, fallback, strict=True)]
+            )
+        names, capacity, register = read_machines_csv(path, resources, fallback)
+    if declared:
+        largest = np.array([declared.get(r, 0.0) for r in resources])
+        largest = np.where(largest > 0, largest, capacity.max(axis=0))
+    else:
+        largest = capacity.max(axis=0)
+    return names, capacity, register, largest
+
+
+class _Builder:
+    """Collects users, jobs, groups and arrivals, applying join and leave times."""
+
+    def __init__(self, users: list[UserSpec]) -> None:
+        self.users: list[TraceUser] = []
+        self.user_index: dict[str, int] = {}
+        for u in users:
+            self.user(u.name, u.weight, u.join_s, u.leave_s)
+        self.jobs: list[TraceJob] = []
+        self.job_index: dict[str, int] = {}
+        self.groups: list[TaskGroup] = []
+        self.group_index: dict[tuple[int, bytes], int] = {}
+        self.groups_of_job: dict[int, int] = {}
+        self.arrivals: list[Arrival] = []
+        self.dropped = 0
+
+    def user(self, name: str, weight=1.0, join_s=0.0, leave_s=None) -> int:
+        if name not in self.user_index:
+            self.user_index[name] = len(self.users)
+            self.users.append(
+                TraceUser(name, weight, join_s, math.inf if leave_s is None else leave_s)
+            )
+        return self.user_index[name]
+
+    def add(
+        self,
+        user_name: str,
+        job_name: str,
+        time: float,
+        tasks: int,
+        demand: np.ndarray,
+        durations: np.ndarray | None = None,
+        duration_range=(0.0, 0.0),
+        warm=False,
+    ) -> None:
+        u = self.user(user_name)
+        user = self.users[u]
+        time = max(time, user.join_s)
+        if time >= user.leave_s:
+            self.dropped += tasks
+            return
+        j = self.job_index.get(job_name)
+        if j is None:
+            j = self.job_index[job_name] = len(self.jobs)
+            self.jobs.append(TraceJob(job_name, u, 0, time, warm))
+        job = self.jobs[j]
+        if job.user != u:
+            raise ScenarioError(
+                f"job {job_name!r}: submitted by {self.users[job.user].name!r} and {user_name!r}"
+            )
+        job.tasks += tasks
+        job.submit_s = min(job.submit_s, time)
+        key = (j, demand.tobytes())
+        g = self.group_index.get(key)
+        if g is None:
+            g = self.group_index[key] = len(self.groups)
+            same_job = self.groups_of_job[j] = self.groups_of_job.get(j, 0) + 1
+            name = job_name if same_job == 1 else f"{job_name}#{same_job}"
+            self.groups.append(TaskGroup(name, j, u, demand))
+        self.arrivals.append(Arrival(time, g, tasks, durations, duration_range))
+
+
+def _fits(capacity: np.ndarray, demand: np.ndarray) -> np.ndarray:
+    """(G,) whether each demand row fits some single agent."""
+    out = np.zeros(len(demand), dtype=bool)
+    unique, inverse = np.unique(demand, axis=0, return_inverse=True)
+    tol = 1e-9 * np.maximum(capacity.max(axis=0), 1.0)
+    for start in range(0, len(unique), 256):
+        block = unique[start : start + 256]
+        ok = (block[:, None, :] <= capacity[None, :, :] + tol).all(axis=2).any(axis=1)
+        out_block = np.zeros(len(unique), dtype=bool)
+        out_block[start : start + len(block)] = ok
+        out |= out_block[inverse.ravel()]
+    return out
+
+
+def build_workload(spec: TraceSpec, base: Path = Path(".")) -> TraceWorkload:
+    resources = tuple(spec.resources)
+    names, capacity, register, largest = _cluster(spec, base, resources)
+    builder = _Builder(spec.users)
+    jobs = spec.jobs
+    csv_rows: list[CsvTaskRow] = []
+    path = None
+    if jobs.entries is not None:
+        for k, item in enumerate(jobs.entries):
+            amounts = item.demand if item.demand is not None else item.demand_norm or {}
+            scale = largest if item.demand_norm is not None else np.ones(len(resources))
+            for r in amounts:
+                if r not in resources:
+                    raise ScenarioError(f"jobs.list[{k}].demand: unknown resource {r!r}")
+            demand = np.array([amounts.get(r, 0.0) for r in resources]) * scale
+            start = item.submit_s if item.submit_s is not None else 0.0
+            builder.add(
+                item.user,
+                item.name or f"{item.user}-job{k}",
+                start,
+                item.tasks,
+                demand,
+                duration_range=_range(item.duration_s),
+            )
+    elif jobs.csv is not None:
+        path = base / jobs.csv
+        csv_rows = read_jobs_csv(path, resources, largest)
+        csv_rows.sort(key=lambda row: row.submit_s)
+        for row in csv_rows:
+            builder.add(
+                row.user,
+                row.job,
+                row.submit_s,
+                row.tasks,
+                row.demand,
+                durations=np.full(row.tasks, row.duration_s),
+            )
+    else:
+        google = jobs.google
+        assert google is not None and spec.horizon_s is not None
+        if tuple(resources[:2]) != ("cpus", "mem"):
+            raise ScenarioError("jobs.google: needs resources [cpus, mem]")
+        normalized = capacity[:, :2].sum(axis=0) / largest[:2]
+        try:
+            generated = google_jobs(google, normalized, spec.horizon_s)
+        except ValueError as error:
+            raise ScenarioError(str(error)) from None
+        for name in generated.user_names:
+            builder.user(name)
+        for j in range(generated.n_jobs):
+            lo, hi = generated.offsets[j], generated.offsets[j + 1]
+            demand = np.zeros(len(resources))
+            demand[:2] = generated.demand[j] * largest[:2]
+            builder.add(
+                generated.user_names[generated.user[j]],
+                f"job{j:06d}",
+                float(generated.submit_s[j]),
+                int(generated.tasks[j]),
+                demand,
+                durations=generated.durations[lo:hi],
+                warm=bool(generated.warm[j]),
+            )
+    if not builder.arrivals:
+        raise ScenarioError("jobs: no task arrives while its user is in the cluster")
+    demands = np.array([g.demand for g in builder.groups])
+    fits = _fits(capacity, demands)
+    for g in np.flatnonzero(~fits):
+        group = builder.groups[g]
+        where = "jobs"
+        if path is not None:
+            line = next(r.line for r in csv_rows if r.job == builder.jobs[group.job].name)
+            where = f"{path}:{line}"
+        amounts = ", ".join(f"{r} {v:g}" for r, v in zip(resources, group.demand, strict=True))
+        raise (TraceFileError if path is not None else ScenarioError)(
+            f"{where}: demand: job {builder.jobs[group.job].name!r} ({amounts}) "
+            "fits no machine; it can never run"
+        )
+    builder.arrivals.sort(key=lambda a: a.time)
+    notes = []
+    if builder.dropped:
+        notes.append(f"{builder.dropped} tasks arrive after their user left and are not submitted")
+    return TraceWorkload(
+        name=spec.name,
+        resources=resources,
+        largest=largest,
+        agent_names=list(names),
+        capacity=capacity,
+        register_s=register,
+        users=builder.users,
+        jobs=builder.jobs,
+        groups=builder.groups,
+        arrivals=builder.arrivals,
+        horizon_s=spec.horizon_s,
+        sample_s=spec.sample_s,
+        seed=spec.seed,
+        description=spec.description,
+        notes=notes,
+    )
+
+
+# ---- loading and dispatch -----------------------------------------------------------------
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise ScenarioError(f"{path}: cannot read ({error.strerror})") from None
+    except yaml.YAMLError as error:
+        raise ScenarioError(f"{path}: malformed YAML: {getattr(error, 'problem', error)}") from None
+
+
+def scenario_kind(scenario: str | Path | dict) -> Literal["trace", "batch", "static"]:
+    """Which simulator a scenario file is for: `kind: trace`, a job batch (`groups`), or a
+    static fill (`frameworks`)."""
+    data = scenario if isinstance(scenario, dict) else _read_yaml(Path(scenario))
+    if isinstance(data, dict):
+        if data.get("kind") == "trace":
+            return "trace"
+        if "groups" in data:
+            return "batch"
+    return "static"
+
+
+def parse_trace(data: Any, base: Path = Path(".")) -> TraceWorkload:
+    if not isinstance(data, dict):
+        raise ScenarioError("trace: expected a mapping with kind: trace, cluster and jobs")
+    try:
+        spec = TraceSpec.model_validate(data)
+    except ValidationError as error:
+        raise ScenarioError(_first_error(error)) from None
+    return build_workload(spec, base)
+
+
+def load_trace(path: str | Path) -> TraceWorkload:
+    path = Path(path)
+    data = _read_yaml(path)
+    try:
+        return parse_trace(data, path.parent)
+    except TraceFileError:
+        raise  # already names its CSV file and line
+    except ScenarioError as error:
+        raise ScenarioError(f"{path}: {error}") from None
+
+
+def run_trace(
+    scenario: str | Path | dict | TraceWorkload,
+    scheduler: str,
+    mode: str = "characterized",
+    selection: str | None = None,
+    level: str = "role",
+    seed: int = 0,
+    progress=None,
+    **options: Any,
+) -> TraceResult:
+    """Run a trace scenario (path, parsed YAML mapping or TraceWorkload) through the engine;
+    see `allocator.sim.trace_sim.run_trace` for the options."""
+    from allocator.sim.trace_sim import run_trace as run
+
+    return run(scenario, scheduler, mode, selection, level, seed, progress, **options)

@@ -1,0 +1,742 @@
+"""Task-level trace simulation over the online engine, in virtual time.
+
+Users (Mesos roles at `level=role`) submit jobs; each task group of a job (its tasks of one
+demand vector) is an engine framework whose target is its unfinished tasks. A granted task
+runs for its own duration and is then released. Users join and leave at given times; a user
+who leaves unregisters its frameworks, which frees their tasks. The loop is a heapq of
+events with the engine's 1 s allocation tick, as in `BatchSimulator`.
+
+Per event the driver does O(1) work plus O(users) when the fairness index must be
+recomputed: running totals (allocated resources, per-user holdings) are kept incrementally,
+never by walking `engine.running` or every agent.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time as wallclock
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from allocator.engine import DEFAULT_INTERVAL_SECONDS, DEFAULT_REFUSE_SECONDS, Engine, Trigger
+from allocator.errors import ScenarioError
+from allocator.policy import Selection, Ties, scheduler
+from allocator.policy.levels import Level
+from allocator.sim.series import jain
+from allocator.sim.trace import SIZE_CLASSES, TraceWorkload, load_trace, parse_trace
+from allocator.state import Mode
+
+#: The slot scheduler's default: slots per maximum server (paper 001 Table II: 14 is best).
+DEFAULT_SLOTS_PER_SERVER = 14
+SLOTS = "slots"
+
+#: A run without a horizon stops with an error if tasks are still waiting after this long.
+MAX_SIMULATED_S = 366 * 86400.0
+
+_TICK, _ARRIVAL, _FINISH, _AGENT, _LEAVE = range(5)
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+class TraceSeries:
+    """Allocated fraction per resource, dominant shares and Jain's index, kept incrementally.
+
+    The driver adds and subtracts what users hold (`held`, `used`) and their unfinished task
+    counts as events happen. `advance(t)` integrates the allocated fraction exactly (values
+    are piecewise constant between events). Dominant shares and Jain's index over the busy
+    users (those with unfinished tasks) are evaluated at each allocation tick (`tick()`) and
+    held until the next, so their cost is O(users) per tick, not per event. Averages are over
+    the time some user has unfinished tasks.
+    """
+
+    def __init__(self, n_resources: int, n_users: int, sample_s: float, track_users: bool):
+        self.total = np.zeros(n_resources)
+        self.used = np.zeros(n_resources)
+        self.held = np.zeros((n_users, n_resources))
+        self.unfinished = np.zeros(n_users, dtype=np.int64)  # submitted, not completed
+        self.running = np.zeros(n_users, dtype=np.int64)
+        self.busy_tasks = 0  # unfinished tasks over all users
+        self.sample_s = sample_s
+        self.track_users = track_users
+        self.times: list[float] = []
+        self.allocated: list[np.ndarray] = []
+        self.fairness: list[float] = []
+        self.shares: list[np.ndarray] = []
+        self._next_sample = 0.0
+        self._last = 0.0
+        self._inverse = np.zeros(n_resources)
+        self._share = np.zeros(n_users)
+        self._fair = 1.0
+        self._fair_waiting = 1.0
+        self._waiting_users = 0
+        self._stale = True  # holdings changed since the last tick
+        self.integral = np.zeros(n_resources)  # of used / total
+        self.fair_integral = 0.0
+        self.busy_span = 0.0
+        self.waiting_integral = 0.0
+        self.waiting_span = 0.0
+
+    def add_capacity(self, capacity: np.ndarray) -> None:
+        self.total += capacity
+        with np.errstate(divide="ignore"):
+            self._inverse = np.where(self.total > 0, 1.0 / self.total, 0.0)
+        self._stale = True
+
+    def changed(self) -> None:
+        self._stale = True
+
+    def tick(self) -> None:
+        """Re-evaluate dominant shares and fairness (at an allocation tick)."""
+        if not self._stale:
+            return
+        self._share = (self.held * self._inverse).max(axis=1) if self.held.size else self._share
+        busy = self.unfinished > 0
+        self._fair = jain(self._share[busy]) if self.busy_tasks > 0 else 1.0
+        waiting = self.unfinished > self.running
+        self._waiting_users = int(waiting.sum())
+        self._fair_waiting = jain(self._share[waiting]) if self._waiting_users > 1 else 1.0
+        self._stale = False
+
+    def advance(self, now: float) -> None:
+        elapsed = now - self._last
+        if elapsed <= 0:
+            return
+        if self.busy_tasks > 0:
+            self.integral += (elapsed * self._inverse) * self.used
+            self.fair_integral += elapsed * self._fair
+            self.busy_span += elapsed
+            if self._waiting_users > 1:
+                self.waiting_integral += elapsed * self._fair_waiting
+                self.waiting_span += elapsed
+        if self._next_sample < now:
+            fraction = self.used * self._inverse
+            while self._next_sample < now:
+                self.times.append(self._next_sample)
+                self.allocated.append(fraction)
+                self.fairness.append(self._fair)
+                if self.track_users:
+                    self.shares.append(self._share)
+                self._next_sample += self.sample_s
+        self._last = now
+
+    def time_average(self) -> np.ndarray:
+        return self.integral / self.busy_span if self.busy_span > 0 else np.zeros_like(self.used)
+
+    def mean_fairness(self) -> float:
+        return self.fair_integral / self.busy_span if self.busy_span > 0 else 1.0
+
+    def mean_fairness_waiting(self) -> float | None:
+        """Jain's index among users that have tasks waiting (at least two of them), averaged
+        over the time there are such users: equal dominant shares among the users the
+        scheduler holds back, whatever the others (with small demands) hold."""
+        return self.waiting_integral / self.waiting_span if self.waiting_span > 0 else None
+
+
+class _Durations:
+    """The durations of a task group's queued tasks, handed out in start order."""
+
+    __slots__ = ("chunks",)
+
+    def __init__(self) -> None:
+        self.chunks: deque[list[Any]] = deque()  # [array, next index] or [rng, left, lo, hi]
+
+    def add(
+        self,
+        durations: np.ndarray | None,
+        rng: np.random.Generator | None,
+        tasks: int,
+        low: float,
+        high: float,
+    ) -> None:
+        if durations is not None:
+            self.chunks.append([durations, 0])
+        else:
+            self.chunks.append([rng, tasks, low, high])
+
+    def take(self, count: int) -> list[float]:
+        out: list[float] = []
+        while count > 0:
+            chunk = self.chunks[0]
+            if len(chunk) == 2:
+                array, at = chunk
+                n = min(count, len(array) - at)
+                out.extend(array[at : at + n].tolist())
+                chunk[1] = at + n
+                done = chunk[1] >= len(array)
+            else:
+                rng, left, low, high = chunk
+                n = min(count, left)
+                out.extend(rng.uniform(low, high, n).tolist() if high > low else [low] * n)
+                chunk[1] = left - n
+                done = chunk[1] <= 0
+            count -= n
+            if done:
+                self.chunks.popleft()
+        return out
+
+
+@dataclass
+class TraceResult:
+    scenario: str
+    scheduler: str
+    selection: str
+    mode: str
+    level: str
+    trigger: str
+    seed: int
+    resources: tuple[str, ...]
+    users: list[str]
+    agents: int
+    end_s: float
+    makespan_s: float | None
+    jct: np.ndarray  # completion times of finished, non-warm jobs
+    jct_tasks: np.ndarray  # their task counts
+    jobs_submitted: int
+    tasks_submitted: int
+    tasks_completed: int
+    tasks_dropped: int
+    user_submitted: np.ndarray
+    user_completed: np.ndarray
+    grants: int
+    allocation_runs: int
+    series: TraceSeries
+    wall_s: float
+    slots_per_server: int | None = None
+    slot_occupancy: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def users_complete(self) -> int:
+        """Users that submitted tasks and saw every one of them complete."""
+        submitted = self.user_submitted > 0
+        return int((submitted & (self.user_completed >= self.user_submitted)).sum())
+
+    def allocated(self) -> dict[str, float]:
+        return dict(zip(self.resources, map(float, self.series.time_average()), strict=True))
+
+    def to_json(self, series: bool | None = None) -> dict[str, object]:
+        """Summary; `series` adds sampled time series (default: when there are <= 20 users)."""
+        jct = self.jct
+
+        def stats(values: np.ndarray) -> dict[str, float | int | None]:
+            if len(values) == 0:
+                return {"jobs": 0, "mean": None, "p50": None, "p95": None}
+            return {
+                "jobs": len(values),
+                "mean": round(float(values.mean()), 3),
+                "p50": round(float(np.percentile(values, 50)), 3),
+                "p95": round(float(np.percentile(values, 95)), 3),
+            }
+
+        by_size = {
+            label: stats(jct[(self.jct_tasks >= low) & (self.jct_tasks <= high)])
+            for label, low, high in SIZE_CLASSES
+        }
+        submitted = self.user_submitted > 0
+        ratio = self.user_completed[submitted] / self.user_submitted[submitted]
+        out: dict[str, object] = {
+            "scenario": self.scenario,
+            "scheduler": self.scheduler,
+            "selection": self.selection,
+            "mode": self.mode,
+            "level": self.level,
+            "trigger": self.trigger,
+            "seed": self.seed,
+            "agents": self.agents,
+            "users": int(submitted.sum()),
+            "end_s": round(self.end_s, 3),
+            "makespan_s": None if self.makespan_s is None else round(self.makespan_s, 3),
+            "jobs": {"submitted": self.jobs_submitted, "completed": len(jct)},
+            "tasks": {
+                "submitted": self.tasks_submitted,
+                "completed": self.tasks_completed,
+                "dropped_on_leave": self.tasks_dropped,
+            },
+            "jct_s": stats(jct),
+            "jct_by_size_s": by_size,
+            "allocated": {r: round(v, 4) for r, v in self.allocated().items()},
+            "fairness": round(self.series.mean_fairness(), 4),
+            "fairness_waiting": _round(self.series.mean_fairness_waiting(), 4),
+            "users_complete": self.users_complete(),
+            "task_completion_ratio": {
+                "mean": round(float(ratio.mean()), 4) if len(ratio) else None,
+                "min": round(float(ratio.min()), 4) if len(ratio) else None,
+            },
+            "grants": self.grants,
+            "allocation_runs": self.allocation_runs,
+            "wall_s": round(self.wall_s, 3),
+            "sim_s_per_wall_s": round(self.end_s / self.wall_s, 1) if self.wall_s > 0 else None,
+        }
+        if self.slots_per_server is not None:
+            out["slots_per_server"] = self.slots_per_server
+            out["slot_occupancy"] = round(self.slot_occupancy or 0.0, 4)
+        if self.notes:
+            out["notes"] = self.notes
+        if series if series is not None else len(self.users) <= 20:
+            out["series"] = self.series_json()
+        return out
+
+    def series_json(self) -> dict[str, object]:
+        s = self.series
+        allocated = np.array(s.allocated).reshape(len(s.times), -1)
+        out: dict[str, object] = {
+            "t": [round(t, 3) for t in s.times],
+            "allocated": {
+                r: np.round(allocated[:, k], 4).tolist() for k, r in enumerate(self.resources)
+            },
+            "fairness": np.round(np.array(s.fairness), 4).tolist(),
+        }
+        if s.track_users and s.shares:
+            shares = np.array(s.shares)
+            out["dominant_share"] = {
+                u: np.round(shares[:, k], 4).tolist() for k, u in enumerate(self.users)
+            }
+        return out
+
+    def summary(self) -> str:
+        """A few lines for the command line."""
+        out = self.to_json(series=False)
+        alloc = ", ".join(f"{r} {100 * v:.1f}%" for r, v in self.allocated().items())
+        jct = out["jct_s"]
+        assert isinstance(jct, dict)
+        label = self.scheduler if self.scheduler != "drf" else f"drf/{self.selection}"
+        if self.slots_per_server is not None:
+            label += (
+                f" (k={self.slots_per_server}, slots {100 * (self.slot_occupancy or 0):.0f}% full)"
+            )
+        makespan = "-" if self.makespan_s is None else f"{self.makespan_s:,.0f} s"
+        mean = "-" if jct["mean"] is None else f"{jct['mean']:,.0f} s"
+        p95 = "-" if jct["p95"] is None else f"{jct['p95']:,.0f} s"
+        return (
+            f"{self.scenario}: {label}, {self.agents} agents, {out['users']} users, "
+            f"{self.end_s:,.0f} s simulated in {self.wall_s:.1f} s\n"
+            f"  allocated {alloc}; fairness {self.series.mean_fairness():.2f}\n"
+            f"  tasks {self.tasks_completed}/{self.tasks_submitted} done; jobs "
+            f"{len(self.jct)} done, JCT mean {mean}, p95 {p95}; makespan {makespan}\n"
+            f"  users with every task done: {self.users_complete()}/{out['users']}; "
+            f"{self.grants} grants in {self.allocation_runs} allocation runs"
+        )
+
+    def share_at(self, user: str, start: float, end: float) -> float:
+        """Mean sampled dominant share of `user` over [start, end) (needs user tracking)."""
+        times = np.array(self.series.times)
+        k = self.users.index(user)
+        shares = np.array(self.series.shares)[:, k]
+        window = (times >= start) & (times < end)
+        return float(shares[window].mean())
+
+
+class TraceSimulator:
+    def __init__(
+        self,
+        workload: TraceWorkload,
+        scheduler_name: str,
+        mode: Mode | str = Mode.CHARACTERIZED,
+        selection: Selection | str | None = None,
+        level: Level | str = Level.ROLE,
+        trigger: Trigger | str = Trigger.TICK,
+        ties: Ties | str = Ties.RANDOM,
+        seed: int = 0,
+        interval: float = DEFAULT_INTERVAL_SECONDS,
+        refuse_seconds: float = DEFAULT_REFUSE_SECONDS,
+        slots_per_server: int = DEFAULT_SLOTS_PER_SERVER,
+        track_users: bool | None = None,
+        audit: bool = False,
+    ) -> None:
+        self.workload = w = workload
+        self.seed = seed
+        self.interval = interval
+        self.slots = scheduler(scheduler_name).name == SLOTS
+        if SLOTS in w.resources:
+            raise ScenarioError("resources: 'slots' is reserved for the slot scheduler")
+        real = len(w.resources)
+        capacity = w.capacity
+        demand = np.array([g.demand for g in w.groups]).reshape(len(w.groups), real)
+        resources = w.resources
+        self.slots_per_server = slots_per_server if self.slots else None
+        if self.slots:
+            if slots_per_server < 1:
+                raise ScenarioError("slots_per_server: must be at least 1")
+            # A server with fraction f of the largest server (the smaller of its CPU and
+            # memory fractions) has floor(k f) slots; a task takes one slot.
+            fraction = (capacity / w.largest).min(axis=1)
+            slots = np.floor(slots_per_server * fraction + 1e-9)
+            capacity = np.column_stack([capacity, slots])
+            demand = np.column_stack([demand, np.ones(len(demand))])
+            resources = (*resources, SLOTS)
+        self.capacity = capacity
+        self.engine = Engine(
+            resources,
+            scheduler_name,
+            mode,
+            selection,
+            level,
+            trigger,
+            ties,
+            seed,
+            refuse_seconds,
+            role_weights={u.name: u.weight for u in w.users},
+        )
+        self.characterized = self.engine.mode is Mode.CHARACTERIZED
+        self.now = 0.0
+        self.audit = audit
+        # Per task group (engine framework).
+        n = len(w.groups)
+        self.names = [g.name for g in w.groups]
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.demand = demand  # with the slot column when slots
+        self.demand_real = [demand[i, :real].copy() for i in range(n)]
+        self.demand_dict = [
+            dict(zip(resources, map(float, demand[i]), strict=True)) for i in range(n)
+        ]
+        self.group_user = [g.user for g in w.groups]
+        self.group_job = [g.job for g in w.groups]
+        self.registered = [False] * n
+        self.gone = [False] * n
+        self.unfinished = [0] * n  # submitted, not completed: the engine's target
+        self.running = [0] * n
+        self.queues = [_Durations() for _ in range(n)]
+        # Per job and user.
+        self.job_left = [0] * len(w.jobs)  # arrivals still to come
+        for arrival in w.arrivals:
+            self.job_left[w.groups[arrival.group].job] += 1
+        self.job_unfinished = [0] * len(w.jobs)
+        self.job_finished = [math.nan] * len(w.jobs)
+        self.user_groups: list[list[int]] = [[] for _ in w.users]
+        for i, g in enumerate(w.groups):
+            self.user_groups[g.user].append(i)
+        self.user_submitted = np.zeros(len(w.users), dtype=np.int64)
+        self.user_completed = np.zeros(len(w.users), dtype=np.int64)
+        self.left = [False] * len(w.users)
+        # Agents.
+        self.agent_index = {name: i for i, name in enumerate(w.agent_names)}
+        self.agent_used = np.zeros_like(capacity) if audit else None
+        if track_users is None:
+            track_users = len(w.users) <= 50
+        self.series = TraceSeries(real, len(w.users), w.sample_s, track_users)
+        self.pending = 0  # tasks submitted and not placed, over all groups
+        self.dirty = True  # something changed since the last allocation run
+        self.tasks_completed = 0
+        self.tasks_dropped = 0
+        self.allocation_runs = 0
+        self.last_completion = 0.0
+        self.slot_busy = 0.0  # slots taken (slot scheduler)
+        self.slot_integral = 0.0
+        self._events: list[tuple[float, int, int, int, int]] = []
+        self._seq = itertools.count()
+
+    def _at(self, time: float, kind: int, a: int = 0, b: int = 0) -> None:
+        heapq.heappush(self._events, (time, next(self._seq), kind, a, b))
+
+    # ---- events --------------------------------------------------------------------------
+    def _add_agent(self, i: int) -> None:
+        w = self.workload
+        amounts = dict(zip(self.engine.resources, map(float, self.capacity[i]), strict=True))
+        self.engine.add_agent(w.agent_names[i], amounts)
+        self.series.add_capacity(self.capacity[i, : len(w.resources)])
+        self.dirty = True
+
+    def _arrive(self, k: int) -> None:
+        arrival = self.workload.arrivals[k]
+        g = arrival.group
+        u = self.group_user[g]
+        j = self.group_job[g]
+        self.job_left[j] -= 1
+        if self.left[u]:
+            self.tasks_dropped += arrival.tasks
+            return
+        rng = None
+        if arrival.durations is None:
+            rng = np.random.default_rng([self.workload.seed, g, k])
+        low, high = arrival.duration_range
+        self.queues[g].add(arrival.durations, rng, arrival.tasks, low, high)
+        self.unfinished[g] += arrival.tasks
+        self.job_unfinished[j] += arrival.tasks
+        self.user_submitted[u] += arrival.tasks
+        self.series.unfinished[u] += arrival.tasks
+        self.series.busy_tasks += arrival.tasks
+        self.series.changed()
+        self.pending += arrival.tasks
+        if self.registered[g]:
+            self.engine.set_target(self.names[g], self.unfinished[g])
+        else:
+            self.engine.register(
+                self.names[g],
+                self.demand_dict[g],
+                role=self.workload.users[u].name,
+                target=self.unfinished[g],
+            )
+            self.registered[g] = True
+        self.dirty = True
+
+    def _finish(self, g: int, agent: int) -> None:
+        if self.gone[g]:
+            return
+        name = self.names[g]
+        engine = self.engine
+        engine.release(name, self.workload.agent_names[agent], 1)
+        u = self.group_user[g]
+        j = self.group_job[g]
+        self.running[g] -= 1
+        self.unfinished[g] -= 1
+        self.job_unfinished[j] -= 1
+        self.user_completed[u] += 1
+        self.tasks_completed += 1
+        self.last_completion = self.now
+        series = self.series
+        series.unfinished[u] -= 1
+        series.busy_tasks -= 1
+        series.held[u] -= self.demand_real[g]
+        series.used -= self.demand_real[g]
+        series.changed()
+        if self.slots:
+            self.slot_busy -= 1
+        if self.agent_used is not None:
+            self.agent_used[agent] -= self.demand[g]
+        if self.unfinished[g] == 0:
+            engine.unregister(name)
+            self.registered[g] = False
+        else:
+            engine.set_target(name, self.unfinished[g])
+        series.running[u] -= 1
+        if series.running[u] == 0:
+            series.held[u] = 0.0  # no float drift once a user holds nothing
+        if self.job_unfinished[j] == 0 and self.job_left[j] == 0:
+            self.job_finished[j] = self.now
+        self.dirty = True
+
+    def _leave(self, u: int) -> None:
+        """The user leaves: its frameworks unregister and their tasks are freed."""
+        self.left[u] = True
+        series = self.series
+        for g in self.user_groups[u]:
+            if not self.registered[g]:
+                continue
+            freed = self.engine.unregister(self.names[g])
+            if self.agent_used is not None:
+                for agent, tasks in freed:
+                    self.agent_used[self.agent_index[agent]] -= tasks * self.demand[g]
+            self.registered[g] = False
+            self.gone[g] = True
+            series.used -= self.running[g] * self.demand_real[g]
+            self.pending -= self.unfinished[g] - self.running[g]
+            self.tasks_dropped += self.unfinished[g]
+            series.unfinished[u] -= self.unfinished[g]
+            series.busy_tasks -= self.unfinished[g]
+            if self.slots:
+                self.slot_busy -= self.running[g]
+            self.unfinished[g] = 0
+            self.running[g] = 0
+        series.running[u] = 0
+        series.held[u] = 0.0
+        series.changed()
+        self.dirty = True
+
+    def _next_tick(self, now: float) -> float:
+        """The next tick; with nothing waiting, the first tick after the next event (idle
+        ticks would do nothing, and a tick still follows every event within an interval)."""
+        after = now + self.interval
+        heap = self._events
+        if self.pending == 0 and heap and heap[0][0] > after:
+            after = self.interval * math.ceil(heap[0][0] / self.interval - 1e-9)
+        return after
+
+    def _allocate(self) -> None:
+        grants = self.engine.allocate(self.now)
+        self.allocation_runs += 1
+        self.dirty = False
+        if not grants:
+            return
+        heap = self._events
+        seq = self._seq
+        series = self.series
+        now = self.now
+        for grant in grants:
+            g = self.index[grant.framework]
+            tasks = grant.tasks
+            agent = self.agent_index[grant.agent]
+            self.running[g] += tasks
+            series.running[self.group_user[g]] += tasks
+            self.pending -= tasks
+            held = tasks * self.demand_real[g]
+            series.held[self.group_user[g]] += held
+            series.used += held
+            if self.slots:
+                self.slot_busy += tasks
+            if self.agent_used is not None:
+                self._audit_grant(g, agent, tasks)
+            for duration in self.queues[g].take(tasks):
+                heapq.heappush(heap, (now + duration, next(seq), _FINISH, g, agent))
+        series.changed()
+
+    def _audit_grant(self, g: int, agent: int, tasks: int) -> None:
+        assert self.agent_used is not None
+        self.agent_used[agent] += tasks * self.demand[g]
+        over = self.agent_used[agent] - self.capacity[agent]
+        if (over > 1e-6 * np.maximum(self.capacity[agent], 1.0)).any():
+            raise AssertionError(
+                f"t={self.now}: agent {self.workload.agent_names[agent]} over capacity after "
+                f"granting {tasks} task(s) of {self.names[g]}: used {self.agent_used[agent]}, "
+                f"capacity {self.capacity[agent]}"
+            )
+
+    # ---- main loop -----------------------------------------------------------------------
+    def run(self, progress: Callable[[float, int], None] | None = None) -> TraceResult:
+        started = wallclock.perf_counter()
+        w = self.workload
+        horizon = w.horizon_s if w.horizon_s is not None else math.inf
+        for i, at in enumerate(w.register_s):
+            self._at(float(at), _AGENT, i)
+        for k, arrival in enumerate(w.arrivals):
+            self._at(arrival.time, _ARRIVAL, k)
+        for u, user in enumerate(w.users):
+            if math.isfinite(user.leave_s):
+                self._at(user.leave_s, _LEAVE, u)
+        self._at(0.0, _TICK)
+        heap = self._events
+        engine = self.engine
+        series = self.series
+        end = 0.0
+        while heap:
+            now = heap[0][0]
+            if now > horizon:
+                break
+            series.advance(now)
+            if self.slots:
+                self.slot_integral += (now - self.now) * self.slot_busy
+            self.now = end = now
+            ticked = False
+            while heap and heap[0][0] == now:
+                _, _, kind, a, b = heapq.heappop(heap)
+                if kind == _FINISH:
+                    self._finish(a, b)
+                elif kind == _TICK:
+                    ticked = True
+                elif kind == _ARRIVAL:
+                    self._arrive(a)
+                elif kind == _AGENT:
+                    self._add_agent(a)
+                else:
+                    self._leave(a)
+            if ticked or engine.run_now:
+                # A characterized run after one that changed nothing would grant nothing.
+                if self.pending > 0 and (self.dirty or not self.characterized):
+                    self._allocate()
+                else:
+                    engine.run_now = False
+            if ticked:
+                series.tick()
+                if not heap and self.pending == 0 and horizon == math.inf:
+                    break  # nothing runs, nothing will arrive
+                if now > MAX_SIMULATED_S:
+                    raise ScenarioError(
+                        f"simulation passed {MAX_SIMULATED_S:.0f} s with tasks still waiting"
+                    )
+                self._at(self._next_tick(now), _TICK)
+                if progress is not None:
+                    progress(now, self.tasks_completed)
+        if math.isfinite(horizon):
+            series.advance(horizon)
+            if self.slots:
+                self.slot_integral += (horizon - self.now) * self.slot_busy
+            end = horizon
+        return self._result(end, wallclock.perf_counter() - started)
+
+    def _result(self, end: float, wall: float) -> TraceResult:
+        w = self.workload
+        finished = np.array(self.job_finished)
+        submit = np.array([job.submit_s for job in w.jobs])
+        tasks = np.array([job.tasks for job in w.jobs])
+        counted = ~np.isnan(finished) & ~np.array([job.warm for job in w.jobs], dtype=bool)
+        all_done = self.tasks_completed == w.total_tasks()
+        slot_total = float(self.capacity[:, -1].sum()) if self.slots else 0.0
+        occupancy = None
+        if self.slots and slot_total > 0 and end > 0:
+            occupancy = self.slot_integral / (slot_total * end)
+        return TraceResult(
+            scenario=w.name,
+            scheduler=self.engine.scheduler.name,
+            selection=str(self.engine.selection),
+            mode=str(self.engine.mode),
+            level=str(self.engine.level),
+            trigger=str(self.engine.trigger),
+            seed=self.seed,
+            resources=w.resources,
+            users=[u.name for u in w.users],
+            agents=len(w.agent_names),
+            end_s=end,
+            makespan_s=self.last_completion if all_done else None,
+            jct=(finished - submit)[counted],
+            jct_tasks=tasks[counted],
+            jobs_submitted=len(w.jobs),
+            tasks_submitted=int(self.user_submitted.sum()),
+            tasks_completed=self.tasks_completed,
+            tasks_dropped=self.tasks_dropped,
+            user_submitted=self.user_submitted.copy(),
+            user_completed=self.user_completed.copy(),
+            grants=self.engine.grants_total,
+            allocation_runs=self.allocation_runs,
+            series=self.series,
+            wall_s=wall,
+            slots_per_server=self.slots_per_server,
+            slot_occupancy=occupancy,
+            notes=list(w.notes),
+        )
+
+
+def as_workload(scenario: str | Path | dict | TraceWorkload) -> TraceWorkload:
+    if isinstance(scenario, TraceWorkload):
+        return scenario
+    if isinstance(scenario, dict):
+        return parse_trace(scenario)
+    return load_trace(scenario)
+
+
+def run_trace(
+    scenario: str | Path | dict | TraceWorkload,
+    scheduler: str,
+    mode: Mode | str = Mode.CHARACTERIZED,
+    selection: Selection | str | None = None,
+    level: Level | str = Level.ROLE,
+    seed: int = 0,
+    progress: Callable[[float, int], None] | None = None,
+    *,
+    trigger: Trigger | str = Trigger.TICK,
+    ties: Ties | str = Ties.RANDOM,
+    slots_per_server: int = DEFAULT_SLOTS_PER_SERVER,
+    horizon_s: float | None = None,
+    track_users: bool | None = None,
+    audit: bool = False,
+) -> TraceResult:
+    """Simulate a trace scenario under one scheduler; `progress(now, tasks_done)` per tick.
+
+    `scheduler` "slots" is the Hadoop-style slot baseline (`slots_per_server` slots per
+    maximum server); "drf" with selection "firstfit" is First-Fit DRFH; "bfdrf" is Best-Fit
+    DRFH. `horizon_s` overrides the scenario's stop time. `audit` checks every grant
+    against the agent's capacity (slower).
+    """
+    workload = as_workload(scenario)
+    if horizon_s is not None:
+        workload = replace(workload, horizon_s=horizon_s)
+    simulator = TraceSimulator(
+        workload,
+        scheduler,
+        mode,
+        selection,
+        level,
+        trigger,
+        ties,
+        seed,
+        slots_per_server=slots_per_server,
+        track_users=track_users,
+        audit=audit,
+    )
+    return simulator.run(progress)
