@@ -146,6 +146,9 @@ class Engine:
         self._active = np.zeros(0, dtype=bool)
         self._eligible = np.zeros((0, 0), dtype=bool)  # constraints only, (F slots, A slots)
         self._tasks = np.zeros((0, 0), dtype=np.int64)  # running tasks x_{n,i}
+        self._count = np.zeros(0)  # x_n
+        self._used = np.zeros((0, n_r))  # resources allocated on each agent
+        self._names: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         self._roles: list[str] = []
         self._dirty = True  # something changed since the last run that left nothing fitting
         self._next_filter_expiry = np.inf
@@ -174,13 +177,19 @@ class Engine:
     def _resize(self) -> None:
         n_f, n_a = self._framework_slots.size, self._agent_slots.size
         self._capacity = _grow(self._capacity, n_a)
-        for name in ("_demand", "_weight", "_target", "_role", "_active"):
+        self._used = _grow(self._used, n_a)
+        self._names = None
+        for name in ("_demand", "_weight", "_target", "_role", "_active", "_count"):
             setattr(self, name, _grow(getattr(self, name), n_f))
         self._known = _grow(self._known, n_f, fill=np.nan)
         self._eligible = _grow(self._eligible, n_f, n_a, fill=False)
         self._tasks = _grow(self._tasks, n_f, n_a)
 
     def _constraint_row(self, constraints: dict[str, object]) -> np.ndarray:
+        if not constraints:
+            row = np.zeros(self._eligible.shape[1], dtype=bool)
+            row[list(self._agent_slots.index.values())] = True
+            return row
         row = np.zeros(self._eligible.shape[1], dtype=bool)
         for name, slot in self._agent_slots.index.items():
             row[slot] = _matches(self.agents[name].attributes, constraints)
@@ -197,6 +206,7 @@ class Engine:
         slot = self._agent_slots.add(name)
         self._resize()
         self._capacity[slot] = vector
+        self._used[slot] = 0.0
         self._tasks[:, slot] = 0
         for fw_name, fw_slot in self._framework_slots.index.items():
             constraints = self.frameworks[fw_name].constraints
@@ -212,9 +222,12 @@ class Engine:
             for f, n in self._framework_slots.index.items()
             if self._tasks[n, slot] > 0
         ]
+        self._count -= self._tasks[:, slot]
         self._tasks[:, slot] = 0
+        self._used[slot] = 0.0
         self._capacity[slot] = 0.0
         self._eligible[:, slot] = False
+        self._names = None
         self.filters = {key: t for key, t in self.filters.items() if key[1] != name}
         del self.agents[name]
         self._dirty = True
@@ -260,6 +273,8 @@ class Engine:
         self._active[slot] = True
         self._eligible[slot] = self._constraint_row(constraints)
         self._tasks[slot] = 0
+        self._count[slot] = 0.0
+        self._names = None
         self.run_now = self._dirty = True
 
     def unregister(self, name: str) -> list[tuple[str, int]]:
@@ -271,8 +286,12 @@ class Engine:
             for a, i in self._agent_slots.index.items()
             if self._tasks[slot, i] > 0
         ]
+        row = self._tasks[slot, : self._used.shape[0]]
+        self._used -= row[:, None] * self._demand[slot]
         self._tasks[slot] = 0
+        self._count[slot] = 0.0
         self._active[slot] = False
+        self._names = None
         self._target[slot] = 0.0
         self._eligible[slot] = False
         self.filters = {key: t for key, t in self.filters.items() if key[0] != name}
@@ -306,6 +325,8 @@ class Engine:
                 f"framework {framework!r} holds {held} tasks on {agent!r}, not {tasks}"
             )
         self._tasks[n, i] = held - tasks
+        self._count[n] -= tasks
+        self._used[i] -= tasks * self._demand[n]
         self._dirty = True
         if self.trigger is Trigger.RELEASE:
             self.run_now = True
@@ -314,7 +335,11 @@ class Engine:
         """Count tasks that are already running (after a broker restart) without granting."""
         self._framework(framework)
         self._agent(agent)
-        self._tasks[self._framework_slots.index[framework], self._agent_slots.index[agent]] += tasks
+        n = self._framework_slots.index[framework]
+        i = self._agent_slots.index[agent]
+        self._tasks[n, i] += tasks
+        self._count[n] += tasks
+        self._used[i] += tasks * self._demand[n]
 
     def _agent(self, name: str) -> AgentRecord:
         try:
@@ -341,11 +366,11 @@ class Engine:
 
     def tasks_of(self, framework: str) -> int:
         self._framework(framework)
-        return int(self._tasks[self._framework_slots.index[framework]].sum())
+        return int(self._count[self._framework_slots.index[framework]])
 
     def pending(self) -> dict[str, int]:
         """Tasks each framework still wants beyond what it runs."""
-        counts = self._tasks.sum(axis=1)
+        counts = self._count
         return {
             name: max(0, int(self._target[n]) - int(counts[n]))
             for name, n in self._framework_slots.index.items()
@@ -353,7 +378,7 @@ class Engine:
 
     def allocated_by_role(self) -> dict[str, np.ndarray]:
         """Resources held by each role (what the metrics and time series report)."""
-        held = self._tasks.sum(axis=1)[:, None] * self._demand
+        held = self._count[:, None] * self._demand
         out: dict[str, np.ndarray] = {}
         for g, role in enumerate(self._roles):
             mine = self._active & (self._role == g)
@@ -368,8 +393,14 @@ class Engine:
     def snapshot(self, now: float) -> AllocationState:
         """The registered cluster (slot arrays) as a Cluster, with running tasks loaded."""
         n_f, n_a = self._framework_slots.size, self._agent_slots.size
-        agents = {i: a for a, i in self._agent_slots.index.items()}
-        frameworks = {n: f for f, n in self._framework_slots.index.items()}
+        if self._names is None:  # slot names change only when membership does
+            agents = {i: a for a, i in self._agent_slots.index.items()}
+            frameworks = {n: f for f, n in self._framework_slots.index.items()}
+            self._names = (
+                tuple(agents.get(i, f"<free {i}>") for i in range(n_a)),
+                tuple(frameworks.get(n, f"<free {n}>") for n in range(n_f)),
+            )
+        agent_names, framework_names = self._names
         eligible = self._eligible[:n_f, :n_a].copy()
         for (f, a), until in self.filters.items():
             if until > now:
@@ -379,8 +410,8 @@ class Engine:
         roles = self._roles or ["*"]
         cluster = Cluster(
             resources=self.resources,
-            agent_names=tuple(agents.get(i, f"<free {i}>") for i in range(n_a)),
-            framework_names=tuple(frameworks.get(n, f"<free {n}>") for n in range(n_f)),
+            agent_names=agent_names,
+            framework_names=framework_names,
             capacity=self._capacity[:n_a].copy(),
             demand=demand,
             weight=np.where(active, self._weight[:n_f], 1.0),
@@ -391,7 +422,7 @@ class Engine:
             role_weight=np.array([self.role_weights.get(r, 1.0) for r in roles]),
         )
         state = AllocationState(cluster, self.mode, known_demand=self._known[:n_f])
-        state.load(self._tasks[:n_f, :n_a])
+        state.load(self._tasks[:n_f, :n_a], self._count[:n_f], self._used[:n_a])
         return state
 
     def allocate(self, now: float) -> list[EngineGrant]:
@@ -408,7 +439,7 @@ class Engine:
         if not self._dirty or not self.agents or not self.frameworks:
             return []
         n_f = self._framework_slots.size
-        if not (self._tasks[:n_f].sum(axis=1) < self._target[:n_f]).any():
+        if not (self._count[:n_f] < self._target[:n_f]).any():
             self._dirty = False
             return []
         state = self.snapshot(now)
@@ -429,7 +460,9 @@ class Engine:
             f = names.framework_names[grant.framework]
             a = names.agent_names[grant.agent]
             record = self.frameworks[f]
-            self._tasks[grant.framework, grant.agent] += grant.tasks
+            # The snapshot wrote the grant into the shared tasks matrix already.
+            self._count[grant.framework] += grant.tasks
+            self._used[grant.agent] += grant.tasks * record.demand
             if oblivious:
                 # The tenant keeps whole tasks and declines the rest of the offer; from now
                 # on the allocator knows its demand from what it launched.

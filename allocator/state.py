@@ -123,14 +123,17 @@ class AllocationState:
         left = self.limit[framework] - self.count[framework]
         return int(max(0.0, min(whole, left)))
 
-    def load(self, tasks: np.ndarray) -> None:
-        """Start from tasks already running (x_{n,i}), all at once; used by the engine."""
-        tasks = np.asarray(tasks, dtype=np.int64)
+    def load(self, tasks: np.ndarray, count: np.ndarray, used: np.ndarray) -> None:
+        """Start from tasks already running, all at once (the online engine's snapshot).
+
+        `tasks` is x_{n,i} and is used in place: grants are written into it. `count` is
+        x_n and `used` each agent's allocated resources, which the engine keeps up to date.
+        """
         demand = np.nan_to_num(self.cluster.demand, nan=0.0)
-        self.tasks = tasks.copy()
-        self.count = tasks.sum(axis=1).astype(float)
+        self.tasks = tasks
+        self.count = count.astype(float)
         self.alloc = np.asfortranarray(self.count[:, None] * demand)
-        self.residual = np.asfortranarray(self.cluster.capacity - tasks.T @ demand)
+        self.residual = np.asfortranarray(self.cluster.capacity - used)
         self._wanting = self.runnable & (self.count < self.limit)
         self.changes += 1
         self.changed_at[:] = self.changes

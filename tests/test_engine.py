@@ -158,6 +158,9 @@ def test_capacity_never_exceeded_under_churn():
             used[a] += k * np.array([demands[f]["cpus"], demands[f]["mem"]])
         for a, record in e.agents.items():
             assert (used[a] <= record.capacity + 1e-9).all()
+        # The engine's incremental totals agree with the tasks it holds.
+        held = sum(e.allocated_by_role().values(), np.zeros(2))
+        assert np.allclose(held, sum(used.values(), np.zeros(2)))
 
 
 def test_bad_events_are_errors():

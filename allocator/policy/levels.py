@@ -26,8 +26,10 @@ class RoleView:
     def __init__(self, state: AllocationState) -> None:
         cluster = state.cluster
         roles = len(cluster.role_names)
-        self.alloc = np.zeros((roles, state.alloc.shape[1]))
-        np.add.at(self.alloc, cluster.role_of, state.alloc)
+        self.alloc = np.column_stack([
+            np.bincount(cluster.role_of, weights=state.alloc[:, r], minlength=roles)
+            for r in range(state.alloc.shape[1])
+        ])
         self.count = np.bincount(cluster.role_of, weights=state.count, minlength=roles)
         self.residual = state.residual
         self.tol = state.tol
