@@ -27,6 +27,7 @@ bench: install
 	$(PY) -m benchmarks.bench_fill
 	$(PY) -m benchmarks.ties_report
 	$(PY) -m benchmarks.sim_claims
+	$(PY) -m benchmarks.bench_sim
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

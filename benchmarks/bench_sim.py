@@ -40,7 +40,7 @@ TARGET_SIM_S_PER_WALL_S = 300
 def _commit() -> str:
     try:
         done = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+            ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=ROOT
         )
         return done.stdout.strip() or "unknown"
     except OSError:
