@@ -271,7 +271,7 @@ class Engine:
         self._target[slot] = record.target
         self._role[slot] = self._roles.index(role)
         self._active[slot] = True
-        self._eligible[slot] = self._constraint_row(constraints)
+        self._eligible[slot] = row
         self._tasks[slot] = 0
         self._count[slot] = 0.0
         self._names = None

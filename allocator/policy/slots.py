@@ -20,4 +20,3 @@ class Slots(Criterion):
 
     def values(self, state: AllocationState) -> np.ndarray:
         return state.count / state.cluster.weight
-
