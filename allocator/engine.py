@@ -257,7 +257,12 @@ class Engine:
         if self.agents and not fits.any():
             raise EngineError(f"framework {name!r}: demand fits no registered agent")
         record = FrameworkRecord(
-            name, vector, role, float(weight), constraints, float(target),
+            name,
+            vector,
+            role,
+            float(weight),
+            constraints,
+            float(target),
             self.mode is Mode.CHARACTERIZED if declared is None else declared,
         )
         self.frameworks[name] = record

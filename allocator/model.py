@@ -178,6 +178,40 @@ class Cluster:
         return self.agent_names.index(name)
 
     @classmethod
+    def from_arrays(
+        cls,
+        capacity: np.ndarray,
+        demand: np.ndarray,
+        resources: tuple[str, ...] = ("cpus", "mem"),
+        weight: np.ndarray | None = None,
+        eligible: np.ndarray | None = None,
+        max_tasks: np.ndarray | None = None,
+        agent_names: tuple[str, ...] | None = None,
+        framework_names: tuple[str, ...] | None = None,
+    ) -> Cluster:
+        """A one-role cluster from arrays; weights 1, every pair eligible and no task limit
+        unless given; agents named a0.., frameworks f0.. unless named."""
+        capacity = np.asarray(capacity, dtype=float)
+        demand = np.asarray(demand, dtype=float)
+        n_f, n_a = len(demand), len(capacity)
+        return cls(
+            resources=tuple(resources),
+            agent_names=agent_names or tuple(f"a{i}" for i in range(n_a)),
+            framework_names=framework_names or tuple(f"f{n}" for n in range(n_f)),
+            capacity=capacity,
+            demand=demand,
+            weight=np.ones(n_f) if weight is None else np.asarray(weight, dtype=float),
+            eligible=np.ones((n_f, n_a), dtype=bool)
+            if eligible is None
+            else np.asarray(eligible, dtype=bool).reshape(n_f, n_a),
+            max_tasks=np.full(n_f, np.inf)
+            if max_tasks is None
+            else np.asarray(max_tasks, dtype=float),
+            role_of=np.zeros(n_f, dtype=np.int64),
+            role_names=("*",),
+        )
+
+    @classmethod
     def from_spec(cls, spec: ScenarioSpec) -> Cluster:
         resources = spec.resource_names()
         capacity = np.array(

@@ -49,15 +49,4 @@ def google_like_cluster(n_agents: int, n_frameworks: int, seed: int = 0) -> Clus
     rng = np.random.default_rng(seed)
     capacity = google_agent_capacities(n_agents, rng)
     demand = random_demands(n_frameworks, rng)
-    return Cluster(
-        resources=("cpus", "mem"),
-        agent_names=tuple(f"a{i}" for i in range(n_agents)),
-        framework_names=tuple(f"f{n}" for n in range(n_frameworks)),
-        capacity=capacity,
-        demand=demand,
-        weight=np.ones(n_frameworks),
-        eligible=np.ones((n_frameworks, n_agents), dtype=bool),
-        max_tasks=np.full(n_frameworks, np.inf),
-        role_of=np.zeros(n_frameworks, dtype=np.int64),
-        role_names=("*",),
-    )
+    return Cluster.from_arrays(capacity, demand)

@@ -3,7 +3,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from allocator.model import Cluster
@@ -24,22 +23,15 @@ def make_cluster(
     max_tasks: list[float] | None = None,
     resources: tuple[str, ...] = ("cpus", "mem"),
 ) -> Cluster:
-    cap = np.array(capacity, dtype=float)
-    dem = np.array(demand, dtype=float)
-    n_f, n_a = len(dem), len(cap)
-    return Cluster(
-        resources=resources,
-        agent_names=tuple(f"s{i + 1}" for i in range(n_a)),
-        framework_names=tuple(f"f{n + 1}" for n in range(n_f)),
-        capacity=cap,
-        demand=dem,
-        weight=np.array(weight if weight is not None else [1.0] * n_f),
-        eligible=np.array(eligible, dtype=bool)
-        if eligible is not None
-        else np.ones((n_f, n_a), bool),
-        max_tasks=np.array(max_tasks if max_tasks is not None else [np.inf] * n_f, dtype=float),
-        role_of=np.zeros(n_f, dtype=np.int64),
-        role_names=("*",),
+    return Cluster.from_arrays(
+        capacity,
+        demand,
+        resources,
+        weight,
+        eligible,
+        max_tasks,
+        agent_names=tuple(f"s{i + 1}" for i in range(len(capacity))),
+        framework_names=tuple(f"f{n + 1}" for n in range(len(demand))),
     )
 
 

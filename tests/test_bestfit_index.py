@@ -57,18 +57,7 @@ def google_instance(
         demand = np.column_stack([demand, needs.astype(float)])
         demand[rng.random(n_frameworks) < 0.1, 0] = 0.0
         resources = ("cpus", "mem", "gpus")
-    return Cluster(
-        resources=resources,
-        agent_names=tuple(f"a{i}" for i in range(n_agents)),
-        framework_names=tuple(f"f{n}" for n in range(n_frameworks)),
-        capacity=capacity,
-        demand=demand,
-        weight=weight,
-        eligible=eligible,
-        max_tasks=max_tasks,
-        role_of=np.zeros(n_frameworks, dtype=np.int64),
-        role_names=("*",),
-    )
+    return Cluster.from_arrays(capacity, demand, resources, weight, eligible, max_tasks)
 
 
 @st.composite
@@ -91,17 +80,8 @@ def small_clusters(draw: st.DrawFn) -> Cluster:
         st.lists(st.one_of(st.just(np.inf), st.integers(0, 8)), min_size=n_f, max_size=n_f)
     )
     weight = draw(st.lists(st.sampled_from([0.5, 1.0, 2.0]), min_size=n_f, max_size=n_f))
-    return Cluster(
-        resources=("cpus", "mem", "disk")[:n_r],
-        agent_names=tuple(f"a{i}" for i in range(n_a)),
-        framework_names=tuple(f"f{n}" for n in range(n_f)),
-        capacity=capacity,
-        demand=demand,
-        weight=np.array(weight),
-        eligible=eligible,
-        max_tasks=np.array(max_tasks, dtype=float),
-        role_of=np.zeros(n_f, dtype=np.int64),
-        role_names=("*",),
+    return Cluster.from_arrays(
+        capacity, demand, ("cpus", "mem", "disk")[:n_r], weight, eligible, max_tasks
     )
 
 

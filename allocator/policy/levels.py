@@ -26,10 +26,12 @@ class RoleView:
     def __init__(self, state: AllocationState) -> None:
         cluster = state.cluster
         roles = len(cluster.role_names)
-        self.alloc = np.column_stack([
-            np.bincount(cluster.role_of, weights=state.alloc[:, r], minlength=roles)
-            for r in range(state.alloc.shape[1])
-        ])
+        self.alloc = np.column_stack(
+            [
+                np.bincount(cluster.role_of, weights=state.alloc[:, r], minlength=roles)
+                for r in range(state.alloc.shape[1])
+            ]
+        )
         self.count = np.bincount(cluster.role_of, weights=state.count, minlength=roles)
         self.residual = state.residual
         self.tol = state.tol
