@@ -273,6 +273,16 @@ def _simulate_trace(
         )
 
 
+def _add_live_commands() -> None:
+    from allocator.cli_live import COMMANDS
+
+    for command in COMMANDS:
+        cli.add_command(command)
+
+
+_add_live_commands()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: user errors become one line on stderr and exit status 2."""
     try:

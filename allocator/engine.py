@@ -336,6 +336,13 @@ class Engine:
         if self.trigger is Trigger.RELEASE:
             self.run_now = True
 
+    def refuse(self, framework: str, agent: str, until: float) -> None:
+        """Keep a framework off an agent until `until` (e.g. its executors keep failing there)."""
+        self._framework(framework)
+        self._agent(agent)
+        self.filters[(framework, agent)] = max(until, self.filters.get((framework, agent), 0.0))
+        self._next_filter_expiry = min(self._next_filter_expiry, until)
+
     def adopt(self, framework: str, agent: str, tasks: int = 1) -> None:
         """Count tasks that are already running (after a broker restart) without granting."""
         self._framework(framework)

@@ -1,0 +1,1 @@
+"""Cluster backends: where the broker's grants become running executors."""

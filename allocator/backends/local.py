@@ -1,0 +1,266 @@
+"""The embedded local cluster: virtual heterogeneous agents on this machine.
+
+Each agent is a name, a loopback address used as the executors' hostname, a working
+directory and a capacity that exists only in the broker's accounting. A launch starts a real
+Spark executor (`CoarseGrainedExecutorBackend` via `spark-class`) as a subprocess in its own
+process group; its heap (-Xmx) is the launch's heap, never more than its accounted memory.
+An executor counts as RUNNING once its log says it registered with its driver.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from allocator.backends.base import AgentInfo, ExecutorState, LaunchSpec, StatusCallback, TaskStatus
+from allocator.errors import FairbrokerError
+
+log = logging.getLogger(__name__)
+
+EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+REGISTERED_MARK = b"Successfully registered with driver"
+POLL_SECONDS = 0.2
+KILL_GRACE_SECONDS = 5.0
+
+
+def spark_home() -> Path:
+    env = os.environ.get("SPARK_HOME")
+    if env:
+        return Path(env)
+    try:
+        import pyspark
+    except ImportError:
+        raise FairbrokerError("pyspark is not installed and SPARK_HOME is not set") from None
+    return Path(pyspark.__file__).parent
+
+
+def executor_command(spec: LaunchSpec, hostname: str, home: Path) -> list[str]:
+    """The command Spark's own Mesos backend gives its executors."""
+    return [
+        str(home / "bin" / "spark-class"),
+        EXECUTOR_CLASS,
+        "--driver-url", spec.driver_url,
+        "--executor-id", spec.executor_id,
+        "--hostname", hostname,
+        "--cores", str(spec.cores),
+        "--app-id", spec.app_id,
+        "--resourceProfileId", str(spec.resource_profile_id),
+    ]  # fmt: skip
+
+
+@dataclass
+class _Process:
+    spec: LaunchSpec
+    pid: int
+    log_path: Path
+    popen: subprocess.Popen | None  # None when adopted after a broker restart
+    state: ExecutorState = ExecutorState.LAUNCHING
+    killing_since: float | None = None
+    log_offset: int = 0
+    tail: bytes = field(default=b"", repr=False)
+
+
+def _pid_is(pid: int, spec: LaunchSpec) -> bool:
+    """Is `pid` alive and still this executor (pids are reused)?"""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    if stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):
+        return False
+    try:
+        at = cmdline.index(b"--executor-id")
+        app = cmdline.index(b"--app-id")
+    except ValueError:
+        return False
+    return (
+        cmdline[at + 1].decode() == spec.executor_id and cmdline[app + 1].decode() == spec.app_id
+    )
+
+
+class LocalCluster:
+    """Backend running executors as local subprocesses on virtual agents."""
+
+    name = "local"
+
+    def __init__(self, agents: list[AgentInfo], workdir: Path, home: Path | None = None) -> None:
+        if not agents:
+            raise FairbrokerError("local cluster: no agents")
+        self._agents = list(agents)
+        self._hosts = {a.name: a.hostname for a in agents}
+        self.workdir = Path(workdir)
+        self.home = home or spark_home()
+        self._procs: dict[tuple[str, str], _Process] = {}
+        self._lock = threading.Lock()
+        self._on_status: StatusCallback | None = None
+        self._stop = threading.Event()
+        self._monitor: threading.Thread | None = None
+
+    # ---- Backend -----------------------------------------------------------------------
+    def start(self, on_status: StatusCallback) -> None:
+        self._on_status = on_status
+        for agent in self._agents:
+            (self.workdir / agent.name).mkdir(parents=True, exist_ok=True)
+        self._monitor = threading.Thread(target=self._watch, name="local-cluster", daemon=True)
+        self._monitor.start()
+
+    def agents(self) -> list[AgentInfo]:
+        return list(self._agents)
+
+    def launch(self, spec: LaunchSpec) -> str:
+        if spec.agent not in self._hosts:
+            raise FairbrokerError(f"local cluster: unknown agent {spec.agent!r}")
+        accounted = spec.resources.get("mem")
+        if accounted is not None and spec.heap_mib > accounted:
+            raise FairbrokerError(
+                f"executor heap {spec.heap_mib} MiB exceeds its accounted memory {accounted} MiB"
+            )
+        directory = self.workdir / spec.agent / spec.tenant_id / f"executor-{spec.executor_id}"
+        directory.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            **spec.environment,
+            "SPARK_EXECUTOR_MEMORY": f"{spec.heap_mib}m",
+            "SPARK_LOCAL_IP": self._hosts[spec.agent],
+            "SPARK_HOME": str(self.home),
+        }
+        log_path = directory / "stderr"
+        with open(directory / "stdout", "wb") as out, open(log_path, "wb") as err:
+            popen = subprocess.Popen(
+                executor_command(spec, self._hosts[spec.agent], self.home),
+                cwd=directory,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        with self._lock:
+            self._procs[(spec.tenant_id, spec.executor_id)] = _Process(
+                spec, popen.pid, log_path, popen
+            )
+        return str(popen.pid)
+
+    def kill(self, tenant_id: str, executor_id: str) -> None:
+        with self._lock:
+            proc = self._procs.get((tenant_id, executor_id))
+            if proc is None or proc.killing_since is not None:
+                return
+            proc.killing_since = time.monotonic()
+        self._signal(proc, signal.SIGTERM)
+
+    def adopt(self, spec: LaunchSpec, handle: str) -> bool:
+        try:
+            pid = int(handle)
+        except ValueError:
+            return False
+        if not _pid_is(pid, spec):
+            return False
+        directory = self.workdir / spec.agent / spec.tenant_id / f"executor-{spec.executor_id}"
+        log_path = directory / "stderr"
+        proc = _Process(spec, pid, log_path, None)
+        with self._lock:
+            self._procs[(spec.tenant_id, spec.executor_id)] = proc
+        return True
+
+    def stop(self, kill_executors: bool = True) -> None:
+        self._stop.set()
+        if self._monitor is not None:
+            self._monitor.join(timeout=5)
+        if not kill_executors:
+            return
+        with self._lock:
+            procs = list(self._procs.values())
+        for proc in procs:
+            self._signal(proc, signal.SIGTERM)
+        deadline = time.monotonic() + KILL_GRACE_SECONDS
+        for proc in procs:
+            while self._alive(proc) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self._alive(proc):
+                self._signal(proc, signal.SIGKILL)
+            if proc.popen is not None:
+                try:
+                    proc.popen.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    log.warning("executor pid %d did not exit", proc.pid)
+
+    def pids(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return {key: proc.pid for key, proc in self._procs.items()}
+
+    # ---- monitoring --------------------------------------------------------------------
+    @staticmethod
+    def _signal(proc: _Process, sig: signal.Signals) -> None:
+        try:
+            os.killpg(proc.pid, sig)  # the JVM leads its group, with its Python workers
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            log.warning("cannot signal executor pid %d", proc.pid)
+
+    @staticmethod
+    def _alive(proc: _Process) -> bool:
+        if proc.popen is not None:
+            return proc.popen.poll() is None
+        return _pid_is(proc.pid, proc.spec)
+
+    def _registered(self, proc: _Process) -> bool:
+        try:
+            with open(proc.log_path, "rb") as f:
+                f.seek(proc.log_offset)
+                chunk = f.read()
+        except OSError:
+            return False
+        proc.log_offset += len(chunk)
+        window = proc.tail + chunk
+        proc.tail = window[-len(REGISTERED_MARK) :]
+        return REGISTERED_MARK in window
+
+    def _poll_once(self) -> list[TaskStatus]:
+        out = []
+        now = time.monotonic()
+        with self._lock:
+            procs = list(self._procs.items())
+        for key, proc in procs:
+            if not self._alive(proc):
+                code = proc.popen.returncode if proc.popen is not None else None
+                if proc.killing_since is not None:
+                    state, message = ExecutorState.KILLED, "killed on request"
+                elif code == 0:
+                    state, message = ExecutorState.FINISHED, "exited 0"
+                elif code is None:
+                    state, message = ExecutorState.FAILED, "exited (adopted; exit code unknown)"
+                else:
+                    state, message = ExecutorState.FAILED, f"exited with code {code}"
+                with self._lock:
+                    self._procs.pop(key, None)
+                out.append(TaskStatus(*key, state, message))
+                continue
+            if proc.killing_since is not None and now - proc.killing_since > KILL_GRACE_SECONDS:
+                self._signal(proc, signal.SIGKILL)
+            if proc.state is ExecutorState.LAUNCHING and self._registered(proc):
+                proc.state = ExecutorState.RUNNING
+                out.append(TaskStatus(*key, ExecutorState.RUNNING, "registered with driver"))
+        return out
+
+    def _watch(self) -> None:
+        while not self._stop.wait(POLL_SECONDS):
+            try:
+                updates = self._poll_once()
+            except Exception:  # the monitor must outlive any one bad poll
+                log.exception("local cluster: poll failed")
+                continue
+            for status in updates:
+                if self._on_status is not None:
+                    try:
+                        self._on_status(status)
+                    except Exception:
+                        log.exception("status callback failed for %s", status)

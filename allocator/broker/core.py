@@ -1,0 +1,533 @@
+"""The broker: tenants, their executors, and the allocation loop around the online engine.
+
+Every decision is the engine's (`allocator.engine`, the same code the simulator runs); the
+broker turns API calls into engine events, the engine's grants into backend launches, and
+backend task statuses back into releases. One lock guards all of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from allocator.backends.base import Backend, ExecutorState, LaunchSpec, TaskStatus
+from allocator.broker.proto import pb
+from allocator.broker.store import Store
+from allocator.engine import Engine, EngineError
+from allocator.errors import FairbrokerError
+from allocator.policy import Selection
+from allocator.state import Mode
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEASE_SECONDS = 30.0
+TICK_SECONDS = 1.0
+FAILURES_BEFORE_REFUSING = 2  # executor failures of a tenant on an agent before it rests
+FAILED_AGENT_REFUSE_SECONDS = 60.0
+TENANT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
+HISTORY = 10_000  # latency samples kept for reports and benchmarks
+
+
+class ApiError(FairbrokerError):
+    """A request the broker refuses; `code` names a gRPC status (mapped to HTTP too)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def invalid(message: str) -> ApiError:
+    return ApiError("INVALID_ARGUMENT", message)
+
+
+@dataclass
+class ExecutorRecord:
+    spec: LaunchSpec
+    state: ExecutorState
+    granted_at: float  # broker clock (monotonic)
+    started_at: float  # unix seconds, for reports
+
+
+@dataclass
+class Tenant:
+    request: pb.RegisterRequest
+    demand: dict[str, float]
+    target: int
+    last_seen: float
+    next_executor: int = 1
+    executors: dict[str, ExecutorRecord] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)  # agent -> failed launches
+
+    @property
+    def tenant_id(self) -> str:
+        return self.request.tenant_id
+
+
+class Broker:
+    def __init__(
+        self,
+        backend: Backend,
+        scheduler: str = "rpsdsf",
+        mode: Mode | str = Mode.CHARACTERIZED,
+        selection: Selection | str | None = None,
+        *,
+        level: str = "role",
+        trigger: str = "tick",
+        seed: int = 0,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        store: Store | None = None,
+        tick_seconds: float = TICK_SECONDS,
+    ) -> None:
+        self.backend = backend
+        self.store = store or Store(None)
+        self.lease_seconds = lease_seconds
+        self.tick_seconds = tick_seconds
+        agents = backend.agents()
+        resources = ["cpus", "mem"]
+        for agent in agents:
+            resources.extend(r for r in agent.resources if r not in resources)
+        self.engine = Engine(
+            tuple(resources), scheduler, mode, selection, level=level, trigger=trigger, seed=seed
+        )
+        self.agent_hosts = {a.name: a.hostname for a in agents}
+        self.agent_attributes = {a.name: dict(a.attributes) for a in agents}
+        for agent in agents:
+            self.engine.add_agent(agent.name, agent.resources, agent.attributes)
+        self.tenants: dict[str, Tenant] = {}
+        self._id_floor: dict[str, int] = {}  # executor ids never reused within a tenant id
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._loop: threading.Thread | None = None
+        self.started = time.time()
+        self.kills_total = 0
+        self.registration_seconds: deque[float] = deque(maxlen=HISTORY)
+        self.run_seconds: deque[tuple[float, int]] = deque(maxlen=HISTORY)  # (duration, grants)
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def start(self, loop: bool = True) -> None:
+        """Recover persisted state and start the allocation loop (tests may drive
+        `allocate_once` themselves with loop=False)."""
+        self.backend.start(self._on_status)
+        self._recover()
+        if not loop:
+            return
+        self._loop = threading.Thread(target=self._run_loop, name="allocation", daemon=True)
+        self._loop.start()
+
+    def stop(self, kill_executors: bool = True) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._loop is not None:
+            self._loop.join(timeout=10)
+        self.backend.stop(kill_executors=kill_executors)
+        if kill_executors:
+            with self._lock:
+                for tenant in list(self.tenants.values()):
+                    self.store.delete_tenant(tenant.tenant_id)
+        self.store.close()
+
+    def _recover(self) -> None:
+        """Restore tenants and re-adopt their executors that are still running."""
+        now = time.monotonic()
+        with self._lock:
+            for tenant_id, blob, target, next_executor in self.store.tenants():
+                request = pb.RegisterRequest.FromString(blob)
+                try:
+                    tenant = self._add_tenant(request, now)
+                except (ApiError, EngineError) as error:
+                    log.warning("dropping stored tenant %s: %s", tenant_id, error)
+                    self.store.delete_tenant(tenant_id)
+                    continue
+                tenant.next_executor = next_executor
+                self._set_target(tenant, target)
+            for spec, handle in self.store.executors():
+                tenant = self.tenants.get(spec.tenant_id)
+                if tenant is None or spec.agent not in self.agent_hosts:
+                    self.store.delete_executor(spec.tenant_id, spec.executor_id)
+                    continue
+                if not self.backend.adopt(spec, handle):
+                    log.info("executor %s/%s is gone", spec.tenant_id, spec.executor_id)
+                    self.store.delete_executor(spec.tenant_id, spec.executor_id)
+                    continue
+                self.engine.adopt(spec.tenant_id, spec.agent)
+                tenant.executors[spec.executor_id] = ExecutorRecord(
+                    spec, ExecutorState.RUNNING, now, time.time()
+                )
+                log.info("re-adopted executor %s/%s on %s", *_key(spec), spec.agent)
+
+    # ---- tenant API --------------------------------------------------------------------
+    def register(self, request: pb.RegisterRequest) -> pb.RegisterReply:
+        now = time.monotonic()
+        with self._lock:
+            tenant = self.tenants.get(request.tenant_id)
+            if tenant is None:
+                tenant = self._add_tenant(request, now)
+            else:
+                self._check_same(tenant, request)
+                tenant.request = request
+                tenant.last_seen = now
+            self._set_target(tenant, int(request.target))
+            self.store.save_tenant(
+                tenant.tenant_id, request.SerializeToString(), tenant.target, tenant.next_executor
+            )
+            self._poke()
+            return pb.RegisterReply(
+                tenant_id=tenant.tenant_id,
+                demand=tenant.demand,
+                declared=self._declared(tenant),
+                lease_seconds=self.lease_seconds,
+                broker=self._info(),
+            )
+
+    def heartbeat(self, tenant_id: str) -> None:
+        with self._lock:
+            self._tenant(tenant_id).last_seen = time.monotonic()
+
+    def set_target(self, tenant_id: str, total: int) -> None:
+        with self._lock:
+            tenant = self._tenant(tenant_id)
+            if total < 0:
+                raise invalid(f"target must be non-negative, got {total}")
+            tenant.last_seen = time.monotonic()
+            self._set_target(tenant, total)
+            self.store.set_target(tenant_id, tenant.target)
+            self._poke()
+
+    def kill(self, tenant_id: str, executor_ids: list[str]) -> list[str]:
+        with self._lock:
+            tenant = self._tenant(tenant_id)
+            tenant.last_seen = time.monotonic()
+            killed = []
+            for executor_id in executor_ids:
+                record = tenant.executors.get(executor_id)
+                if record is None or record.state is ExecutorState.KILLING:
+                    continue
+                record.state = ExecutorState.KILLING
+                self.backend.kill(tenant_id, executor_id)
+                self.kills_total += 1
+                killed.append(executor_id)
+            return killed
+
+    def unregister(self, tenant_id: str) -> None:
+        with self._lock:
+            tenant = self._tenant(tenant_id)
+            self._drop_tenant(tenant, "unregistered")
+
+    def configure(self, scheduler: str = "", mode: str = "", selection: str = "") -> None:
+        with self._lock:
+            try:
+                self.engine.configure(
+                    scheduler or self.engine.scheduler.name,
+                    mode or self.engine.mode,
+                    selection or None,
+                )
+            except (KeyError, ValueError, FairbrokerError) as error:
+                raise invalid(str(error).strip("'\"")) from None
+            log.info(
+                "now scheduling with %s, %s mode, %s selection",
+                self.engine.scheduler.name, self.engine.mode, self.engine.selection,
+            )  # fmt: skip
+            self._poke()
+
+    def info(self) -> pb.BrokerInfo:
+        with self._lock:
+            return self._info()
+
+    def allocation(self) -> pb.Allocation:
+        with self._lock:
+            engine = self.engine
+            resources = engine.resources
+            total = engine.capacity_total()
+            running = engine.running
+            tenants = []
+            for tenant in self.tenants.values():
+                count = engine.tasks_of(tenant.tenant_id)
+                held = {r: count * tenant.demand.get(r, 0.0) for r in resources}
+                share = max(
+                    (held[r] / total[k] for k, r in enumerate(resources) if total[k] > 0),
+                    default=0.0,
+                )
+                tenants.append(
+                    pb.TenantAllocation(
+                        tenant_id=tenant.tenant_id,
+                        group=tenant.request.group or "*",
+                        weight=tenant.request.weight or 1.0,
+                        demand=tenant.demand,
+                        declared=self._declared(tenant),
+                        target=tenant.target,
+                        running=count,
+                        pending=max(0, tenant.target - count),
+                        allocated=held,
+                        dominant_share=share,
+                        executors=[
+                            pb.Executor(
+                                executor_id=e.spec.executor_id,
+                                agent=e.spec.agent,
+                                state=e.state.value,
+                                started_at=e.started_at,
+                            )
+                            for e in tenant.executors.values()
+                        ],
+                    )
+                )
+            agents = []
+            for name, record in engine.agents.items():
+                used = np.zeros(len(resources))
+                per_tenant: dict[str, int] = {}
+                for (framework, agent), tasks in running.items():
+                    if agent == name:
+                        per_tenant[framework] = tasks
+                        used += tasks * engine.frameworks[framework].demand
+                agents.append(
+                    pb.AgentAllocation(
+                        name=name,
+                        hostname=self.agent_hosts.get(name, ""),
+                        capacity=dict(zip(resources, map(float, record.capacity), strict=True)),
+                        allocated=dict(zip(resources, map(float, used), strict=True)),
+                        residual=dict(
+                            zip(resources, map(float, record.capacity - used), strict=True)
+                        ),
+                        executors=per_tenant,
+                        attributes=self.agent_attributes.get(name, {}),
+                    )
+                )
+            return pb.Allocation(broker=self._info(), tenants=tenants, agents=agents)
+
+    # ---- internals ---------------------------------------------------------------------
+    def _info(self) -> pb.BrokerInfo:
+        engine = self.engine
+        return pb.BrokerInfo(
+            scheduler=engine.scheduler.name,
+            mode=str(engine.mode),
+            selection=str(engine.selection),
+            backend=self.backend.name,
+            grants_total=engine.grants_total,
+            runs_total=engine.runs,
+            uptime_seconds=time.time() - self.started,
+            resources=list(engine.resources),
+        )
+
+    def _declared(self, tenant: Tenant) -> bool:
+        """Does the policy see this tenant's demand vector (workload-characterized)?"""
+        return not tenant.request.oblivious and self.engine.mode is Mode.CHARACTERIZED
+
+    def _tenant(self, tenant_id: str) -> Tenant:
+        tenant = self.tenants.get(tenant_id)
+        if tenant is None:
+            raise ApiError("NOT_FOUND", f"unknown tenant {tenant_id!r}")
+        return tenant
+
+    def _demand_of(self, request: pb.RegisterRequest) -> dict[str, float]:
+        demand = dict(request.demand)
+        if not demand:
+            raise invalid("demand: the per-executor resources are required (cpus and mem)")
+        for name, value in demand.items():
+            if name not in self.engine.resources:
+                known = ", ".join(self.engine.resources)
+                raise invalid(f"demand.{name}: unknown resource (this cluster has {known})")
+            if not math.isfinite(value) or value < 0:
+                raise invalid(f"demand.{name}: must be a finite non-negative number, got {value}")
+        if demand.get("cpus", 0) <= 0 or demand.get("mem", 0) <= 0:
+            raise invalid("demand: an executor needs positive cpus and mem")
+        return demand
+
+    def _validate(self, request: pb.RegisterRequest) -> dict[str, float]:
+        if not TENANT_ID.match(request.tenant_id):
+            raise invalid(
+                "tenant_id: 1-200 characters of letters, digits and . _ : @ -, "
+                f"got {request.tenant_id!r}"
+            )
+        if not (math.isfinite(request.weight) and request.weight >= 0):
+            raise invalid(f"weight: must be a positive number, got {request.weight}")
+        if request.target < 0:
+            raise invalid(f"target: must be non-negative, got {request.target}")
+        demand = self._demand_of(request)
+        launch = request.launch
+        if not launch.driver_url.startswith("spark://"):
+            raise invalid(f"launch.driver_url: expected spark://..., got {launch.driver_url!r}")
+        if not launch.app_id:
+            raise invalid("launch.app_id: required")
+        if launch.cores < 1:
+            raise invalid(f"launch.cores: must be at least 1, got {launch.cores}")
+        if not 0 < launch.heap_mib <= demand["mem"]:
+            raise invalid(
+                f"launch.heap_mib: must be positive and within demand.mem ({demand['mem']:g} "
+                f"MiB), got {launch.heap_mib}"
+            )
+        return demand
+
+    def _check_same(self, tenant: Tenant, request: pb.RegisterRequest) -> None:
+        demand = self._validate(request)
+        if demand != tenant.demand or request.oblivious != tenant.request.oblivious:
+            raise ApiError(
+                "FAILED_PRECONDITION",
+                f"tenant {tenant.tenant_id!r} is registered with another demand; "
+                "unregister it first",
+            )
+
+    def _add_tenant(self, request: pb.RegisterRequest, now: float) -> Tenant:
+        demand = self._validate(request)
+        try:
+            self.engine.register(
+                request.tenant_id,
+                demand,
+                role=request.group or "*",
+                weight=request.weight or 1.0,
+                constraints=dict(request.constraints),
+                declared=False if request.oblivious else None,
+            )
+        except EngineError as error:
+            raise invalid(str(error)) from None
+        tenant = Tenant(
+            request=request,
+            demand=demand,
+            target=0,
+            last_seen=now,
+            next_executor=self._id_floor.get(request.tenant_id, 1),
+        )
+        self.tenants[request.tenant_id] = tenant
+        log.info(
+            "tenant %s registered: group %s, demand %s, %s",
+            request.tenant_id, request.group or "*", demand,
+            "declared" if self._declared(tenant) else "not declared (oblivious)",
+        )  # fmt: skip
+        return tenant
+
+    def _set_target(self, tenant: Tenant, total: int) -> None:
+        tenant.target = int(total)
+        self.engine.set_target(tenant.tenant_id, tenant.target)
+
+    def _drop_tenant(self, tenant: Tenant, why: str) -> None:
+        for executor_id, record in tenant.executors.items():
+            if not record.state.terminal:
+                self.backend.kill(tenant.tenant_id, executor_id)
+        self.engine.unregister(tenant.tenant_id)
+        self._id_floor[tenant.tenant_id] = tenant.next_executor
+        del self.tenants[tenant.tenant_id]
+        self.store.delete_tenant(tenant.tenant_id)
+        log.info("tenant %s %s; its executors are stopped", tenant.tenant_id, why)
+        self._poke()
+
+    def _poke(self) -> None:
+        if self.engine.run_now:
+            self._wake.set()
+
+    def _on_status(self, status: TaskStatus) -> None:
+        with self._lock:
+            tenant = self.tenants.get(status.tenant_id)
+            record = tenant.executors.get(status.executor_id) if tenant else None
+            if tenant is None or record is None:
+                return
+            if status.state is ExecutorState.RUNNING:
+                if record.state is ExecutorState.LAUNCHING:
+                    record.state = ExecutorState.RUNNING
+                    self.registration_seconds.append(time.monotonic() - record.granted_at)
+                return
+            if not status.state.terminal:
+                return
+            agent = record.spec.agent
+            log.info(
+                "executor %s/%s on %s: %s (%s)",
+                status.tenant_id, status.executor_id, agent, status.state, status.message,
+            )  # fmt: skip
+            never_registered = record.state is ExecutorState.LAUNCHING
+            del tenant.executors[status.executor_id]
+            self.store.delete_executor(status.tenant_id, status.executor_id)
+            if agent in self.engine.agents:
+                self.engine.release(status.tenant_id, agent)
+            if status.state is ExecutorState.FAILED and never_registered:
+                tenant.failures[agent] = tenant.failures.get(agent, 0) + 1
+                if tenant.failures[agent] >= FAILURES_BEFORE_REFUSING:
+                    log.warning(
+                        "tenant %s: %d executors failed on %s before registering; resting it "
+                        "there for %.0f s", status.tenant_id, tenant.failures[agent], agent,
+                        FAILED_AGENT_REFUSE_SECONDS,
+                    )  # fmt: skip
+                    tenant.failures[agent] = 0
+                    self.engine.refuse(
+                        status.tenant_id, agent, time.monotonic() + FAILED_AGENT_REFUSE_SECONDS
+                    )
+            self._poke()
+
+    def _expire_leases(self, now: float) -> None:
+        for tenant in list(self.tenants.values()):
+            if now - tenant.last_seen > self.lease_seconds:
+                log.warning(
+                    "tenant %s sent nothing for %.0f s (lease %.0f s)",
+                    tenant.tenant_id, now - tenant.last_seen, self.lease_seconds,
+                )  # fmt: skip
+                self._drop_tenant(tenant, "lease expired")
+
+    def allocate_once(self) -> int:
+        """One allocation run and its launches; returns the executors launched."""
+        with self._lock:
+            now = time.monotonic()
+            self._expire_leases(now)
+            began = time.perf_counter()
+            grants = self.engine.allocate(now)
+            launched = 0
+            for grant in grants:
+                tenant = self.tenants[grant.framework]
+                for _ in range(grant.tasks):
+                    self._launch(tenant, grant.agent, grant.resources, now)
+                    launched += 1
+            if grants:
+                self.run_seconds.append((time.perf_counter() - began, launched))
+            return launched
+
+    def _launch(self, tenant: Tenant, agent: str, resources: dict[str, float], now: float) -> None:
+        launch = tenant.request.launch
+        executor_id = str(tenant.next_executor)
+        tenant.next_executor += 1
+        self.store.set_next_executor(tenant.tenant_id, tenant.next_executor)
+        spec = LaunchSpec(
+            tenant_id=tenant.tenant_id,
+            executor_id=executor_id,
+            agent=agent,
+            resources=dict(resources),
+            driver_url=launch.driver_url,
+            app_id=launch.app_id,
+            cores=int(launch.cores),
+            heap_mib=int(launch.heap_mib),
+            resource_profile_id=int(launch.resource_profile_id),
+            environment=dict(launch.environment),
+        )
+        record = ExecutorRecord(spec, ExecutorState.LAUNCHING, now, time.time())
+        tenant.executors[executor_id] = record
+        try:
+            handle = self.backend.launch(spec)
+        except Exception as error:  # a launch failure must not stop the loop
+            log.error("launch of %s/%s on %s failed: %s", *_key(spec), agent, error)
+            del tenant.executors[executor_id]
+            self.engine.release(tenant.tenant_id, agent)
+            self.engine.refuse(
+                tenant.tenant_id, agent, time.monotonic() + FAILED_AGENT_REFUSE_SECONDS
+            )
+            return
+        self.store.save_executor(spec, handle)
+
+    def _run_loop(self) -> None:
+        next_tick = time.monotonic()
+        while not self._stop.is_set():
+            self._wake.wait(timeout=max(0.0, next_tick - time.monotonic()))
+            if self._stop.is_set():
+                return
+            self._wake.clear()
+            if time.monotonic() >= next_tick:
+                next_tick = time.monotonic() + self.tick_seconds
+            try:
+                self.allocate_once()
+            except Exception:  # the loop must survive anything one run does
+                log.exception("allocation run failed")
+
+
+def _key(spec: LaunchSpec) -> tuple[str, str]:
+    return spec.tenant_id, spec.executor_id

@@ -1,0 +1,81 @@
+"""The tenant API as a gRPC service, for Python clients."""
+
+from __future__ import annotations
+
+import logging
+from concurrent import futures
+
+import grpc
+
+from allocator.broker.api import CALLS, MAX_REQUEST_BYTES, RequestObserver, check_token
+from allocator.broker.core import ApiError, Broker
+from allocator.broker.proto import pb_grpc
+
+log = logging.getLogger(__name__)
+
+
+def _method(name: str):
+    call = CALLS[name]
+
+    def handle(self: _Servicer, request, context: grpc.ServicerContext):
+        try:
+            metadata = dict(context.invocation_metadata())
+            check_token(self.token, metadata.get("authorization"))
+            reply = call.handler(self.broker, request)
+        except ApiError as error:
+            self.observe(name, error.code)
+            context.abort(getattr(grpc.StatusCode, error.code), str(error))
+        except Exception as error:  # never let one request take the server down
+            log.exception("gRPC %s failed", name)
+            self.observe(name, "INTERNAL")
+            context.abort(grpc.StatusCode.INTERNAL, f"internal error: {error}")
+        self.observe(name, "OK")
+        return reply
+
+    handle.__name__ = name
+    return handle
+
+
+class _Servicer(pb_grpc.TenantServiceServicer):
+    def __init__(self, broker: Broker, token: str | None, observer: RequestObserver | None):
+        self.broker = broker
+        self.token = token
+        self._observer = observer
+
+    def observe(self, method: str, code: str) -> None:
+        if self._observer is not None:
+            self._observer("grpc", method, code)
+
+
+for _name in CALLS:
+    setattr(_Servicer, _name, _method(_name))
+
+
+class TenantGrpcServer:
+    def __init__(
+        self,
+        broker: Broker,
+        address: tuple[str, int],
+        token: str | None = None,
+        observer: RequestObserver | None = None,
+    ) -> None:
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="tenant-grpc"),
+            options=[
+                ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        pb_grpc.add_TenantServiceServicer_to_server(
+            _Servicer(broker, token, observer), self._server
+        )
+        host, port = address
+        self.port = self._server.add_insecure_port(f"{host}:{port}")
+        if self.port == 0:
+            raise OSError(f"cannot bind gRPC to {host}:{port}")
+
+    def start(self) -> None:
+        self._server.start()
+
+    def stop(self) -> None:
+        self._server.stop(grace=1).wait(timeout=5)

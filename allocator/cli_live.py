@@ -1,0 +1,192 @@
+"""Live commands: `fairbroker serve`, `status` and `configure` (the broker and its API)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+
+import click
+
+from allocator.broker.server import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, BrokerOptions
+from allocator.policy import SCHEDULERS, Selection
+from allocator.state import Mode
+
+TOKEN_ENV = "FAIRBROKER_TOKEN"
+
+
+def _choice(values) -> click.Choice:
+    return click.Choice([str(v) for v in values], case_sensitive=False)
+
+
+def read_token(token: str | None, token_file: str | None) -> str | None:
+    if token_file:
+        text = Path(token_file).read_text().strip()
+        if not text:
+            raise click.BadParameter(f"{token_file} is empty", param_hint="--token-file")
+        return text
+    return token or None
+
+
+def policy_options(func):
+    """--scheduler/--mode/--selection, shared by serve and batch."""
+    func = click.option(
+        "--selection", type=_choice(Selection), default=None,
+        help="Server selection (default: the scheduler's own).",
+    )(func)  # fmt: skip
+    func = click.option(
+        "--mode", type=_choice(Mode), default=Mode.CHARACTERIZED.value, show_default=True
+    )(func)
+    return click.option(
+        "--scheduler", type=_choice(SCHEDULERS), default="rpsdsf", show_default=True
+    )(func)
+
+
+def broker_options(func):
+    """Where the broker listens and keeps its state, shared by serve and batch."""
+    options = [
+        click.option("--host", default="127.0.0.1", show_default=True, help="Listen address."),
+        click.option(
+            "--port", "http_port", type=click.IntRange(0, 65535), default=DEFAULT_HTTP_PORT,
+            show_default=True, help="HTTP/JSON tenant API (the sparkbroker://HOST:PORT URL).",
+        ),
+        click.option(
+            "--grpc-port", type=click.IntRange(0, 65535), default=DEFAULT_GRPC_PORT,
+            show_default=True, help="gRPC tenant API.",
+        ),
+        click.option(
+            "--cluster", "cluster_file", type=click.Path(dir_okay=False), default=None,
+            help="Agents of the embedded cluster (YAML; default: the paper's six, memory/2).",
+        ),
+        click.option(
+            "--state-dir", type=click.Path(file_okay=False), default=".fairbroker",
+            show_default=True, help="Broker state (SQLite) and the agents' working directories.",
+        ),
+        click.option(
+            "--token", envvar=TOKEN_ENV, default=None,
+            help=f"Require this shared token on the tenant API (env {TOKEN_ENV}).",
+        ),
+        click.option("--token-file", type=click.Path(dir_okay=False, exists=True), default=None),
+        click.option(
+            "--lease", "lease_seconds", type=click.FloatRange(min=1), default=30.0,
+            show_default=True, help="Seconds a tenant may stay silent before it is dropped.",
+        ),
+    ]  # fmt: skip
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def make_options(**kw) -> BrokerOptions:
+    options = BrokerOptions(
+        scheduler=kw["scheduler"],
+        mode=kw["mode"],
+        selection=kw["selection"],
+        host=kw["host"],
+        http_port=kw["http_port"],
+        grpc_port=kw["grpc_port"],
+        token=read_token(kw["token"], kw["token_file"]),
+        lease_seconds=kw["lease_seconds"],
+        state_dir=Path(kw["state_dir"]),
+    )
+    if kw.get("cluster_file"):
+        options.cluster_file = Path(kw["cluster_file"])
+    return options
+
+
+@click.command()
+@policy_options
+@broker_options
+@click.option(
+    "--keep-executors", is_flag=True,
+    help="On exit leave executors running for a restarted broker to re-adopt.",
+)  # fmt: skip
+@click.option("--log-level", type=_choice(["debug", "info", "warning"]), default="info")
+def serve(keep_executors: bool, log_level: str, **kw) -> None:
+    """Run the broker on the embedded local cluster until interrupted."""
+    from allocator.broker.server import BrokerService
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    service = BrokerService(make_options(**kw))
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    service.start()
+    click.echo(
+        f"fairbroker: serving on http://{service.http_address} (Spark master "
+        f"sparkbroker://{service.http_address}), gRPC {service.grpc_address}; pid {os.getpid()}",
+        err=True,
+    )
+    done.wait()
+    service.stop(kill_executors=not keep_executors)
+
+
+def _client(broker: str, token: str | None):
+    from allocator.broker.client import BrokerClient
+
+    return BrokerClient(broker, token=token)
+
+
+def render_allocation(allocation) -> str:
+    info = allocation.broker
+    lines = [
+        f"scheduler {info.scheduler}, {info.mode} mode, {info.selection} selection, "
+        f"{info.backend} backend; {info.grants_total} grants in {info.runs_total} runs",
+        "",
+        f"{'tenant':<28} {'group':<12} {'demand':<20} {'run':>4} {'want':>5} {'dom.share':>9}",
+    ]
+    for t in allocation.tenants:
+        demand = " ".join(f"{r}={v:g}" for r, v in sorted(t.demand.items()))
+        flag = "" if t.declared else " (obl.)"
+        lines.append(
+            f"{t.tenant_id:<28} {t.group:<12} {demand + flag:<20} {t.running:>4} "
+            f"{t.target:>5} {t.dominant_share:>9.3f}"
+        )
+    header = f"{'agent':<10} {'host':<12} {'cpus used/cap':>14} {'mem used/cap':>16}  executors"
+    lines += ["", header]
+    for a in allocation.agents:
+        per = ", ".join(f"{k}:{v}" for k, v in sorted(a.executors.items())) or "-"
+        lines.append(
+            f"{a.name:<10} {a.hostname:<12} "
+            f"{a.allocated.get('cpus', 0):>6g}/{a.capacity.get('cpus', 0):<7g} "
+            f"{a.allocated.get('mem', 0):>7g}/{a.capacity.get('mem', 0):<8g}  {per}"
+        )
+    return "\n".join(lines)
+
+
+@click.command()
+@click.option(
+    "--broker", default=f"127.0.0.1:{DEFAULT_GRPC_PORT}", show_default=True,
+    help="The broker's gRPC address.",
+)  # fmt: skip
+@click.option("--token", envvar=TOKEN_ENV, default=None)
+@click.option("--json", "as_json", is_flag=True, help="The Allocation message as JSON.")
+def status(broker: str, token: str | None, as_json: bool) -> None:
+    """Show the broker's current allocation: tenants and agents."""
+    from google.protobuf import json_format
+
+    with _client(broker, token) as client:
+        allocation = client.allocation()
+    click.echo(json_format.MessageToJson(allocation) if as_json else render_allocation(allocation))
+
+
+@click.command()
+@click.option("--broker", default=f"127.0.0.1:{DEFAULT_GRPC_PORT}", show_default=True)
+@click.option("--token", envvar=TOKEN_ENV, default=None)
+@click.option("--scheduler", type=_choice(SCHEDULERS), default=None)
+@click.option("--mode", type=_choice(Mode), default=None)
+@click.option("--selection", type=_choice(Selection), default=None)
+def configure(
+    broker: str, token: str | None, scheduler: str | None, mode: str | None, selection: str | None
+) -> None:
+    """Switch a running broker's scheduler, mode or selection."""
+    with _client(broker, token) as client:
+        info = client.configure(scheduler or "", mode or "", selection or "")
+    click.echo(f"scheduler {info.scheduler}, {info.mode} mode, {info.selection} selection")
+
+
+COMMANDS = (serve, status, configure)
