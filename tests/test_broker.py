@@ -1,0 +1,342 @@
+"""The broker against a recording backend: grants, statuses, leases, restarts, bad input,
+and both transports of the tenant API (real gRPC and HTTP servers on loopback)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from allocator.backends.base import AgentInfo, ExecutorState, LaunchSpec, TaskStatus
+from allocator.broker.client import BrokerCallError, BrokerClient
+from allocator.broker.core import ApiError, Broker
+from allocator.broker.proto import pb
+from allocator.broker.server import BrokerOptions, BrokerService
+from allocator.broker.store import Store
+
+# Paper 002's three server types at half memory (the embedded cluster's default).
+AGENTS = [
+    AgentInfo("t1", "127.0.1.1", {"cpus": 4, "mem": 7168}, {"type": "t1"}),
+    AgentInfo("t2", "127.0.1.2", {"cpus": 8, "mem": 4096}, {"type": "t2"}),
+    AgentInfo("t3", "127.0.1.3", {"cpus": 6, "mem": 5632}, {"type": "t3"}),
+]
+PI = {"cpus": 2.0, "mem": 1024.0}
+WORDCOUNT = {"cpus": 1.0, "mem": 1792.0}
+
+
+class RecordingBackend:
+    """Launches nothing; remembers launches and kills, and which executors are 'alive'."""
+
+    name = "recording"
+
+    def __init__(self, agents=AGENTS, alive: set[tuple[str, str]] | None = None) -> None:
+        self._agents = agents
+        self.launched: list[LaunchSpec] = []
+        self.killed: list[tuple[str, str]] = []
+        self.alive = alive if alive is not None else set()
+        self.on_status = None
+
+    def start(self, on_status) -> None:
+        self.on_status = on_status
+
+    def agents(self):
+        return list(self._agents)
+
+    def launch(self, spec: LaunchSpec) -> str:
+        self.launched.append(spec)
+        self.alive.add((spec.tenant_id, spec.executor_id))
+        return f"pid-{spec.tenant_id}-{spec.executor_id}"
+
+    def kill(self, tenant_id: str, executor_id: str) -> None:
+        self.killed.append((tenant_id, executor_id))
+
+    def adopt(self, spec: LaunchSpec, handle: str) -> bool:
+        return (spec.tenant_id, spec.executor_id) in self.alive
+
+    def stop(self, kill_executors: bool = True) -> None:
+        pass
+
+    def report(self, spec: LaunchSpec, state: ExecutorState) -> None:
+        if state.terminal:
+            self.alive.discard((spec.tenant_id, spec.executor_id))
+        self.on_status(TaskStatus(spec.tenant_id, spec.executor_id, state, "test"))
+
+
+def request(tenant: str, demand: dict, target: int = 10, group: str = "", **kw):
+    launch = pb.ExecutorLaunch(
+        driver_url=f"spark://CoarseGrainedScheduler@127.0.0.1:{4000 + len(tenant)}",
+        app_id=f"app-{tenant}",
+        cores=int(demand.get("cpus", 1)),
+        heap_mib=int(demand.get("mem", 1024) - 384),
+    )
+    return pb.RegisterRequest(
+        tenant_id=tenant, group=group, demand=demand, launch=launch, target=target, **kw
+    )
+
+
+def placed(backend: RecordingBackend) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for spec in backend.launched:
+        out.setdefault(spec.tenant_id, {}).setdefault(spec.agent, 0)
+        out[spec.tenant_id][spec.agent] += 1
+    return out
+
+
+def used(backend: RecordingBackend) -> dict[str, dict[str, float]]:
+    totals: dict[str, dict[str, float]] = {}
+    for spec in backend.launched:
+        if (spec.tenant_id, spec.executor_id) in backend.alive:
+            agent = totals.setdefault(spec.agent, {})
+            for r, v in spec.resources.items():
+                agent[r] = agent.get(r, 0.0) + v
+    return totals
+
+
+@pytest.fixture
+def broker():
+    backend = RecordingBackend()
+    broker = Broker(backend, "rpsdsf", "characterized")
+    broker.start(loop=False)
+    yield broker
+    broker.stop()
+
+
+def test_rpsdsf_places_each_tenant_where_it_packs(broker: Broker) -> None:
+    # rPS-DSF on paper 002's servers: WordCount (memory-heavy) fills the memory-rich t1,
+    # Pi (CPU-heavy) the CPU-rich t2, as in the paper's Table I (4 WC on T1, 4 Pi on T2).
+    broker.register(request("pi", PI, target=100))
+    broker.register(request("wc", WORDCOUNT, target=100))
+    broker.allocate_once()
+    where = placed(broker.backend)
+    assert where["wc"].get("t1") == 4 and where["pi"].get("t2") == 4
+    assert "t1" not in where["pi"] and "t2" not in where["wc"]
+    for agent in AGENTS:
+        for r, v in used(broker.backend).get(agent.name, {}).items():
+            assert v <= agent.resources[r] + 1e-9
+
+
+def test_launch_spec_carries_the_demand_and_the_driver(broker: Broker) -> None:
+    broker.register(request("pi", PI, target=2))
+    broker.allocate_once()
+    specs = broker.backend.launched
+    assert len(specs) == 2 and {s.executor_id for s in specs} == {"1", "2"}
+    assert all(s.resources == PI and s.heap_mib == 640 and s.cores == 2 for s in specs)
+    assert specs[0].driver_url.startswith("spark://CoarseGrainedScheduler@")
+
+
+def test_exit_releases_and_a_replacement_is_granted(broker: Broker) -> None:
+    backend = broker.backend
+    broker.register(request("pi", PI, target=2))
+    broker.allocate_once()
+    first = backend.launched[0]
+    backend.report(first, ExecutorState.RUNNING)
+    backend.report(first, ExecutorState.FAILED)
+    assert broker.engine.tasks_of("pi") == 1
+    broker.allocate_once()
+    assert len(backend.launched) == 3 and backend.launched[2].executor_id == "3"
+    assert broker.engine.tasks_of("pi") == 2
+
+
+def test_kill_waits_for_the_exit_then_lower_target_means_no_replacement(broker: Broker):
+    backend = broker.backend
+    broker.register(request("pi", PI, target=2))
+    broker.allocate_once()
+    broker.set_target("pi", 1)
+    assert broker.kill("pi", ["1", "nope"]) == ["1"]
+    assert backend.killed == [("pi", "1")]
+    assert broker.engine.tasks_of("pi") == 2  # still held until the process is gone
+    backend.report(backend.launched[0], ExecutorState.KILLED)
+    broker.allocate_once()
+    assert broker.engine.tasks_of("pi") == 1 and len(backend.launched) == 2
+
+
+def test_repeated_failures_before_registering_rest_the_tenant_on_that_agent(broker: Broker):
+    backend = broker.backend
+    broker.register(request("pi", PI, target=1, constraints={"type": "t2"}))
+    for _ in range(2):
+        broker.allocate_once()
+        backend.report(backend.launched[-1], ExecutorState.FAILED)
+    launches = len(backend.launched)
+    broker.allocate_once()
+    assert len(backend.launched) == launches == 2  # no third launch on the failing agent
+
+
+def test_lease_expiry_reclaims_a_silent_tenant() -> None:
+    backend = RecordingBackend()
+    broker = Broker(backend, "drf", "characterized", lease_seconds=0.2)
+    broker.start(loop=False)
+    broker.register(request("gone", PI, target=3))
+    broker.register(request("alive", WORDCOUNT, target=1))
+    broker.allocate_once()
+    time.sleep(0.3)
+    broker.heartbeat("alive")
+    broker.allocate_once()
+    assert "gone" not in broker.tenants and "alive" in broker.tenants
+    assert sorted(e for t, e in backend.killed if t == "gone") == ["1", "2", "3"]
+    with pytest.raises(ApiError, match="unknown tenant"):
+        broker.heartbeat("gone")
+    broker.stop()
+
+
+def test_restart_readopts_running_executors_without_double_counting(tmp_path: Path) -> None:
+    alive: set[tuple[str, str]] = set()
+    first = Broker(RecordingBackend(alive=alive), "drf", store=Store(tmp_path / "s.sqlite"))
+    first.start(loop=False)
+    first.register(request("pi", PI, target=3))
+    first.allocate_once()
+    launched = list(first.backend.launched)
+    alive.discard(("pi", launched[0].executor_id))  # one executor died while the broker was down
+    first.stop(kill_executors=False)
+
+    backend = RecordingBackend(alive=alive)
+    second = Broker(backend, "drf", store=Store(tmp_path / "s.sqlite"))
+    second.start(loop=False)
+    assert second.engine.tasks_of("pi") == 2  # the two survivors, counted once
+    assert set(second.tenants["pi"].executors) == {"2", "3"}
+    second.allocate_once()
+    assert [s.executor_id for s in backend.launched] == ["4"]  # one replacement, fresh id
+    assert second.engine.tasks_of("pi") == 3
+    second.stop()
+
+
+@pytest.mark.parametrize(
+    ("demand", "message"),
+    [
+        ({"cpus": -1, "mem": 1024}, "demand.cpus"),
+        ({"cpus": 2, "mem": float("nan")}, "demand.mem"),
+        ({"cpus": 2}, "positive cpus and mem"),
+        ({"cpus": 2, "mem": 1024, "gpus": 1}, "unknown resource"),
+        ({"cpus": 9, "mem": 1024}, "fits no registered agent"),
+        ({}, "required"),
+    ],
+)
+def test_bad_demand_is_refused_and_others_keep_being_served(broker, demand, message) -> None:
+    broker.register(request("ok", PI, target=1))
+    bad = request("bad", {"cpus": 1, "mem": 1024})
+    bad.demand.clear()
+    bad.demand.update(demand)
+    with pytest.raises(ApiError, match=message):
+        broker.register(bad)
+    assert "bad" not in broker.tenants and "bad" not in broker.engine.frameworks
+    broker.allocate_once()
+    assert placed(broker.backend) == {"ok": {next(iter(placed(broker.backend)["ok"])): 1}}
+
+
+def test_heap_above_the_accounted_memory_is_refused(broker: Broker) -> None:
+    bad = request("big", PI)
+    bad.launch.heap_mib = 2048
+    with pytest.raises(ApiError, match="heap_mib"):
+        broker.register(bad)
+
+
+def test_reregistering_is_idempotent_but_not_with_another_demand(broker: Broker) -> None:
+    broker.register(request("pi", PI, target=2))
+    broker.allocate_once()
+    broker.register(request("pi", PI, target=2))
+    broker.allocate_once()
+    assert len(broker.backend.launched) == 2
+    with pytest.raises(ApiError, match="another demand"):
+        broker.register(request("pi", WORDCOUNT))
+
+
+def test_oblivious_tenant_takes_whole_agent_remainders(broker: Broker) -> None:
+    broker.configure(mode="oblivious")
+    broker.register(request("wc", WORDCOUNT, target=100))
+    broker.allocate_once()
+    # one offer per agent to the only tenant; it keeps every whole executor that fits
+    assert placed(broker.backend)["wc"] == {"t1": 4, "t2": 2, "t3": 3}
+    reply = broker.allocation()
+    assert [t.declared for t in reply.tenants] == [False]
+
+
+# ---- transports ------------------------------------------------------------------------
+@pytest.fixture
+def service(tmp_path: Path):
+    options = BrokerOptions(
+        http_port=0, grpc_port=0, state_dir=tmp_path, token="s3cret", agents=AGENTS,
+        tick_seconds=0.05,
+    )  # fmt: skip
+    with BrokerService(options, backend=RecordingBackend()) as running:
+        yield running
+
+
+def http(service, method: str, body: bytes, token: str | None = "s3cret", content_type=None):
+    headers = {"Content-Type": content_type or "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(
+        f"http://{service.http_address}/v1/{method}", data=body, headers=headers
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as answer:
+            return answer.status, json.loads(answer.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+def test_http_json_register_uses_protobufs_json_mapping(service) -> None:
+    body = {
+        "tenantId": "app-1",
+        "group": "pi",
+        "demand": {"cpus": 2, "mem": 1024},
+        "target": 2,
+        "launch": {
+            "driverUrl": "spark://CoarseGrainedScheduler@127.0.0.1:40000",
+            "appId": "app-1",
+            "cores": 2,
+            "heapMib": 640,
+            "environment": {"SPARK_EXECUTOR_OPTS": "-Dx=1"},
+        },
+    }
+    status, reply = http(service, "Register", json.dumps(body).encode())
+    assert status == 200 and reply["tenantId"] == "app-1" and reply["declared"] is True
+    deadline = time.monotonic() + 5
+    while len(service.broker.backend.launched) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    spec = service.broker.backend.launched[0]
+    assert spec.environment == {"SPARK_EXECUTOR_OPTS": "-Dx=1"} and spec.heap_mib == 640
+    with BrokerClient(service.grpc_address, token="s3cret") as client:
+        allocation = client.allocation()
+    (tenant,) = allocation.tenants
+    assert tenant.running == 2 and tenant.group == "pi" and tenant.allocated["mem"] == 2048
+
+
+def test_token_is_required_on_both_transports(service) -> None:
+    status, reply = http(service, "Heartbeat", b'{"tenantId": "x"}', token=None)
+    assert status == 401 and reply["code"] == "UNAUTHENTICATED"
+    status, _ = http(service, "Heartbeat", b'{"tenantId": "x"}', token="wrong")
+    assert status == 401
+    with BrokerClient(service.grpc_address) as client, pytest.raises(BrokerCallError) as error:
+        client.allocation()
+    assert error.value.code == "UNAUTHENTICATED"
+
+
+def test_http_errors_are_clear_and_the_server_keeps_serving(service) -> None:
+    assert http(service, "Heartbeat", b'{"tenantId": "nobody"}')[0] == 404
+    status, reply = http(service, "Register", b'{"tenantId": ')
+    assert status == 400 and "malformed Register request" in reply["error"]
+    status, reply = http(service, "Register", b'{"tenantId": "a", "demand": {"cpus": "lots"}}')
+    assert status == 400
+    status, reply = http(service, "Register", b"x" * (2 << 20))
+    assert status == 413 and reply["code"] == "RESOURCE_EXHAUSTED"
+    assert http(service, "Register", b"{}", content_type="text/plain")[0] == 415
+    assert http(service, "Launch", b"{}")[0] == 404
+    assert http(service, "GetAllocation", b"{}")[0] == 200
+
+
+def test_grpc_errors_name_the_problem(service) -> None:
+    with BrokerClient(service.grpc_address, token="s3cret") as client:
+        with pytest.raises(BrokerCallError, match="unknown tenant") as error:
+            client.set_target("nobody", 3)
+        assert error.value.code == "NOT_FOUND"
+        with pytest.raises(BrokerCallError, match=r"demand\.cpus") as error:
+            client.register(request("neg", {"cpus": -2, "mem": 1024}))
+        assert error.value.code == "INVALID_ARGUMENT"
+        info = client.configure(scheduler="drf", mode="oblivious")
+        assert (info.scheduler, info.mode) == ("drf", "oblivious")
+        with pytest.raises(BrokerCallError, match=r"unknown .fifo."):
+            client.configure(scheduler="fifo")
