@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from allocator.broker.server import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, BrokerOptions
-from allocator.policy import SCHEDULERS, Selection
+from allocator.policy import SCHEDULERS, Selection, Ties
 from allocator.state import Mode
 
 TOKEN_ENV = "FAIRBROKER_TOKEN"
@@ -31,7 +31,11 @@ def read_token(token: str | None, token_file: str | None) -> str | None:
 
 
 def policy_options(func):
-    """--scheduler/--mode/--selection, shared by serve and batch."""
+    """--scheduler/--mode/--selection/--ties, shared by serve and batch."""
+    func = click.option(
+        "--ties", type=_choice(Ties), default=Ties.RANDOM.value, show_default=True,
+        help="Tie rule among equally fair choices (waste: the agent left least unusable).",
+    )(func)  # fmt: skip
     func = click.option(
         "--selection", type=_choice(Selection), default=None,
         help="Server selection (default: the scheduler's own).",
@@ -84,6 +88,7 @@ def make_options(**kw) -> BrokerOptions:
         scheduler=kw["scheduler"],
         mode=kw["mode"],
         selection=kw["selection"],
+        ties=kw["ties"],
         host=kw["host"],
         http_port=kw["http_port"],
         grpc_port=kw["grpc_port"],

@@ -80,6 +80,7 @@ class Broker:
         *,
         level: str = "role",
         trigger: str = "tick",
+        ties: str = "random",
         seed: int = 0,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         store: Store | None = None,
@@ -94,8 +95,9 @@ class Broker:
         for agent in agents:
             resources.extend(r for r in agent.resources if r not in resources)
         self.engine = Engine(
-            tuple(resources), scheduler, mode, selection, level=level, trigger=trigger, seed=seed
-        )
+            tuple(resources), scheduler, mode, selection,
+            level=level, trigger=trigger, ties=ties, seed=seed,
+        )  # fmt: skip
         self.agent_hosts = {a.name: a.hostname for a in agents}
         self.agent_attributes = {a.name: dict(a.attributes) for a in agents}
         for agent in agents:

@@ -28,6 +28,7 @@ class BrokerOptions:
     selection: str | None = None
     level: str = "role"
     trigger: str = "tick"
+    ties: str = "random"
     seed: int = 0
     host: str = "127.0.0.1"
     http_port: int = DEFAULT_HTTP_PORT
@@ -59,6 +60,7 @@ class BrokerService:
             options.selection,
             level=options.level,
             trigger=options.trigger,
+            ties=options.ties,
             seed=options.seed,
             lease_seconds=options.lease_seconds,
             store=store,

@@ -1,0 +1,109 @@
+"""Helpers for the tests that run real Spark drivers and executors through the broker."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from spark_shim.submit import spark_submit_command
+
+HERE = Path(__file__).parent
+HOSTS_JOB = HERE / "spark_apps" / "hosts_job.py"
+QUIET_CONF = {"spark.ui.enabled": "false", "spark.log.level": "WARN"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def executor_processes(marker: str) -> list[int]:
+    """Pids of Spark executors whose command line or working directory mentions `marker`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if "CoarseGrainedExecutorBackend" in cmdline and (marker in cmdline or marker in cwd):
+            pids.append(int(entry.name))
+    return pids
+
+
+def wait_for(check: Callable[[], object], timeout: float, what: str, every: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class Driver:
+    """A Spark driver (spark-submit) running through the broker as a subprocess."""
+
+    def __init__(
+        self,
+        broker: str,
+        app_args: list[str],
+        *,
+        workdir: Path,
+        name: str,
+        group: str = "*",
+        conf: dict[str, str] | None = None,
+        oblivious: bool = False,
+        token: str | None = None,
+    ) -> None:
+        plan = spark_submit_command(
+            app_args,
+            broker=broker,
+            group=group,
+            oblivious=oblivious,
+            token=token,
+            conf={**QUIET_CONF, **(conf or {})},
+        )
+        self.demand = plan.demand
+        self.log = workdir / f"{name}.log"
+        self._out = open(self.log, "wb")  # noqa: SIM115 (closed in wait/kill)
+        self.process = subprocess.Popen(
+            plan.argv,
+            env={**plan.env, "PYSPARK_PYTHON": sys.executable},
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=workdir,
+        )
+
+    def wait(self, timeout: float = 240) -> tuple[int, dict]:
+        try:
+            code = self.process.wait(timeout=timeout)
+        finally:
+            self.kill()
+        result = {}
+        for line in self.log.read_text(errors="replace").splitlines():
+            if line.startswith("RESULT {"):
+                result = json.loads(line.removeprefix("RESULT "))
+        return code, result
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+        self._out.close()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]

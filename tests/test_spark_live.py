@@ -1,0 +1,208 @@
+"""Real Spark drivers and executors through the broker on the embedded local cluster:
+placement by policy, oblivious mode, executor and driver faults, broker restart."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from spark_support import HOSTS_JOB, Driver, executor_processes, free_port, wait_for
+
+from allocator.backends.base import AgentInfo
+from allocator.broker.client import BrokerClient
+from allocator.broker.server import BrokerOptions, BrokerService
+
+PI_CONF = {
+    "spark.executor.cores": "2",
+    "spark.executor.memory": "640m",  # + 384 MiB overhead = 1024 MiB
+    "spark.executor.instances": "2",
+}
+WC_CONF = {
+    "spark.executor.cores": "1",
+    "spark.executor.memory": "1408m",  # + 384 = 1792 MiB
+    "spark.executor.instances": "2",
+}
+# One memory-rich and one CPU-rich server of paper 002 (half memory), on their own addresses.
+TWO_AGENTS = [
+    AgentInfo("mem-rich", "127.0.2.1", {"cpus": 4, "mem": 7168}),
+    AgentInfo("cpu-rich", "127.0.2.2", {"cpus": 8, "mem": 4096}),
+]
+
+
+def service_for(tmp_path: Path, agents=None, **kw) -> BrokerService:
+    options = BrokerOptions(
+        http_port=0, grpc_port=0, state_dir=tmp_path / "broker", tick_seconds=0.5, **kw
+    )
+    if agents is not None:
+        options.agents = agents
+    return BrokerService(options)
+
+
+def check_capacity(service: BrokerService, stop: threading.Event, seen: list[str]) -> None:
+    """Sample the broker's allocation until `stop`; record any agent over capacity."""
+    while not stop.wait(0.2):
+        for agent in service.broker.allocation().agents:
+            for r, cap in agent.capacity.items():
+                if agent.allocated[r] > cap + 1e-9:
+                    seen.append(f"{agent.name}: {r} {agent.allocated[r]} > {cap}")
+
+
+def test_rpsdsf_places_each_real_tenant_on_the_server_it_packs(tmp_path: Path) -> None:
+    # The drivers arrive seconds apart, so each tenant is first alone. Randomized round-robin
+    # would then hand it both servers in turn, and random ties at share 0 either one; joint
+    # selection with waste ties makes the prescribed placement independent of arrival order.
+    with service_for(
+        tmp_path, TWO_AGENTS, scheduler="rpsdsf", selection="joint", ties="waste"
+    ) as service:
+        stop, over = threading.Event(), []
+        sampler = threading.Thread(target=check_capacity, args=(service, stop, over))
+        sampler.start()
+        try:
+            job = [str(HOSTS_JOB), "2", "8", "0.3"]
+            pi = Driver(service.http_address, job, workdir=tmp_path, name="pi", group="pi",
+                        conf=PI_CONF)  # fmt: skip
+            wc = Driver(service.http_address, job, workdir=tmp_path, name="wc", group="wc",
+                        conf=WC_CONF)  # fmt: skip
+            (pi_code, pi_result), (wc_code, wc_result) = pi.wait(), wc.wait()
+        finally:
+            stop.set()
+            sampler.join()
+        assert pi_code == 0, pi.output()
+        assert wc_code == 0, wc.output()
+        assert pi_result["sum"] == wc_result["sum"] == sum(range(8))
+        # rPS-DSF: the memory-heavy WordCount-shaped tenant on the memory-rich server, the
+        # CPU-heavy Pi-shaped one on the CPU-rich server (where each fits the most tasks).
+        assert wc_result["task_hosts"] == ["127.0.2.1"]
+        assert pi_result["task_hosts"] == ["127.0.2.2"]
+        assert set(pi_result["hosts"]) == {"127.0.0.1", "127.0.2.2"}  # driver + executors
+        assert over == []
+    assert executor_processes(str(tmp_path)) == []
+
+
+def test_oblivious_tenant_runs_end_to_end(tmp_path: Path) -> None:
+    with service_for(tmp_path, TWO_AGENTS, scheduler="drf", mode="oblivious") as service:
+        driver = Driver(
+            service.http_address, [str(HOSTS_JOB), "2", "6", "0.2"], workdir=tmp_path,
+            name="obl", conf=PI_CONF, oblivious=True,
+        )  # fmt: skip
+        wait_for(lambda: service.broker.tenants, 60, "the tenant to register")
+        (tenant,) = service.broker.allocation().tenants
+        assert not tenant.declared
+        code, result = driver.wait()
+        assert code == 0, driver.output()
+        assert result["sum"] == sum(range(6))
+    assert executor_processes(str(tmp_path)) == []
+
+
+def _running_executors(service: BrokerService) -> dict[str, str]:
+    out = {}
+    for tenant in service.broker.allocation().tenants:
+        for e in tenant.executors:
+            if e.state == "RUNNING":
+                out[e.executor_id] = e.agent
+    return out
+
+
+def test_killed_executor_is_reported_freed_and_replaced(tmp_path: Path) -> None:
+    with service_for(tmp_path, TWO_AGENTS, scheduler="drf") as service:
+        driver = Driver(
+            service.http_address, [str(HOSTS_JOB), "2", "40", "0.5"], workdir=tmp_path,
+            name="kill", conf=PI_CONF,
+        )  # fmt: skip
+        running = wait_for(
+            lambda: len(_running_executors(service)) == 2 and _running_executors(service),
+            120, "two registered executors",
+        )  # fmt: skip
+        backend = service.broker.backend
+        (tenant_id,) = service.broker.tenants
+        victim = min(running)
+        os.killpg(backend.pids()[(tenant_id, victim)], signal.SIGKILL)
+        wait_for(lambda: victim not in service.broker.tenants[tenant_id].executors, 20,
+                 "the broker to see the executor die")  # fmt: skip
+        # a replacement with a fresh id, since the tenant still wants two
+        wait_for(lambda: "3" in _running_executors(service), 120, "a replacement executor")
+        code, result = driver.wait()
+        assert code == 0, driver.output()
+        assert result["sum"] == sum(range(40))
+    assert executor_processes(str(tmp_path)) == []
+
+
+def test_dead_driver_loses_its_executors_when_its_lease_runs_out(tmp_path: Path) -> None:
+    with service_for(tmp_path, TWO_AGENTS, scheduler="drf", lease_seconds=4) as service:
+        driver = Driver(
+            service.http_address, [str(HOSTS_JOB), "2", "200", "1"], workdir=tmp_path,
+            name="dead", conf=PI_CONF,
+        )  # fmt: skip
+        wait_for(lambda: len(_running_executors(service)) == 2, 120, "two executors")
+        driver.kill()  # SIGKILL: no unregister, no more heartbeats
+        wait_for(lambda: not service.broker.tenants, 30, "the tenant's lease to expire")
+        wait_for(lambda: not executor_processes(str(tmp_path)), 20, "executors to be gone")
+        assert all(a.allocated["cpus"] == 0 for a in service.broker.allocation().agents)
+
+
+def _serve(port: int, grpc_port: int, state: Path, log: Path) -> subprocess.Popen:
+    fairbroker = Path(sys.executable).with_name("fairbroker")
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [str(fairbroker), "serve", "--scheduler", "drf", "--port", str(port),
+             "--grpc-port", str(grpc_port), "--state-dir", str(state)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+
+def test_broker_restart_mid_job_loses_nothing_and_leaks_nothing(tmp_path: Path) -> None:
+    port, grpc_port = free_port(), free_port()
+    state, log = tmp_path / "state", tmp_path / "broker.log"
+    broker = _serve(port, grpc_port, state, log)
+    driver = None
+    try:
+        client = BrokerClient(f"127.0.0.1:{grpc_port}")
+
+        def running() -> list[str]:
+            try:
+                allocation = client.allocation()
+            except Exception:
+                return []
+            return [e.executor_id for t in allocation.tenants for e in t.executors
+                    if e.state == "RUNNING"]  # fmt: skip
+
+        wait_for(lambda: (tmp_path / "state" / "broker.sqlite").exists(), 30, "the broker")
+        driver = Driver(
+            f"127.0.0.1:{port}", [str(HOSTS_JOB), "2", "40", "0.5"], workdir=tmp_path,
+            name="restart", conf=PI_CONF,
+        )  # fmt: skip
+        wait_for(lambda: len(running()) == 2, 120, "two executors")
+        before = sorted(executor_processes(str(state)))
+        broker.send_signal(signal.SIGKILL)  # a crash, mid-job
+        broker.wait(timeout=10)
+        broker = _serve(port, grpc_port, state, log)
+        # re-adopted, counted once: the same two executors, no new launches
+        assert wait_for(lambda: sorted(running()), 60, "re-adopted executors") == ["1", "2"]
+        assert sorted(executor_processes(str(state))) == before
+        code, result = driver.wait()
+        assert code == 0, driver.output()
+        assert result["sum"] == sum(range(40))
+        wait_for(lambda: not client.allocation().tenants, 30, "the tenant to unregister")
+        wait_for(lambda: not executor_processes(str(state)), 30, "executors to exit")
+        client.close()
+    finally:
+        if driver is not None:
+            driver.kill()
+        broker.send_signal(signal.SIGTERM)
+        broker.wait(timeout=30)
+    assert executor_processes(str(state)) == []
+    assert "re-adopted executor" in log.read_text()
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_executors(tmp_path: Path):
+    yield
+    for pid in executor_processes(str(tmp_path)):  # a failed test must not leak JVMs
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
