@@ -36,6 +36,10 @@ class Store:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            # WAL with NORMAL sync survives a broker crash (not a power cut) at a fraction of
+            # the cost of syncing every launch.
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
 
     def _run(self, sql: str, *args: object) -> list[tuple]:
