@@ -1,24 +1,39 @@
-# Every target installs what it needs first; nothing is assumed to be on the machine but python3.
+# Every target installs what it needs first; nothing is assumed to be on the machine but
+# python3 and a Java 17 JDK.
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTHON ?= python3
+VENV35 := .venv-spark35
+RUN_DIR ?= results/run
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test test-spark35 lint bench clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,spark]'
+	$(PY) -m allocator.broker.proto
+	$(PY) -m spark_shim.jvm.build
 	touch $(STAMP)
 
+# The main job: the default Spark batch through the broker on the embedded cluster.
 run: install
-	$(VENV)/bin/fairbroker table1 --trials 2000 --seed 1
+	$(VENV)/bin/fairbroker batch benchmarks/scenarios/spark-small.yaml \
+		--scheduler rpsdsf --mode characterized --out $(RUN_DIR)
 
 test: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q
+
+# The other supported Spark line (3.5, Scala 2.12) in its own venv.
+test-spark35:
+	test -x $(VENV35)/bin/python || $(PYTHON) -m venv $(VENV35)
+	$(VENV35)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]' pyspark==3.5.9
+	$(VENV35)/bin/python -m allocator.broker.proto
+	$(VENV35)/bin/python -m spark_shim.jvm.build
+	$(VENV35)/bin/pytest -q tests/test_shim_build.py tests/test_submit.py tests/test_spark_live.py
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -28,6 +43,7 @@ bench: install
 	$(PY) -m benchmarks.ties_report
 	$(PY) -m benchmarks.sim_claims
 	$(PY) -m benchmarks.bench_sim
+	$(PY) -m benchmarks.bench_broker
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VENV35) .pytest_cache .hypothesis
