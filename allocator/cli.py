@@ -275,8 +275,9 @@ def _simulate_trace(
 
 def _add_live_commands() -> None:
     from allocator.cli_live import COMMANDS
+    from spark_shim.submit import submit_command
 
-    for command in COMMANDS:
+    for command in (*COMMANDS, submit_command):
         cli.add_command(command)
 
 

@@ -194,4 +194,90 @@ def configure(
     click.echo(f"scheduler {info.scheduler}, {info.mode} mode, {info.selection} selection")
 
 
-COMMANDS = (serve, status, configure)
+
+@click.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@policy_options
+@click.option(
+    "--out", type=click.Path(file_okay=False), default="results/batch", show_default=True,
+    help="Job logs, the broker's state, result.json and allocation.png.",
+)
+@click.option(
+    "--broker", default=None,
+    help="HTTP address of a running broker to use instead of starting one on the scenario's "
+    "agents (its scheduler is then the broker's own).",
+)
+@click.option("--token", envvar=TOKEN_ENV, default=None)
+@click.option("--job-timeout", type=click.FloatRange(min=1), default=600.0, show_default=True)
+@click.option("--quiet", "-q", is_flag=True, help="No progress display.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+def batch(
+    scenario: str, scheduler: str, mode: str, selection: str | None, ties: str, out: str,
+    broker: str | None, token: str | None, job_timeout: float, quiet: bool, as_json: bool,
+) -> None:  # fmt: skip
+    """Run SCENARIO's Spark job batches (queues of jobs per group) through the broker.
+
+    Without --broker, a broker is started on an embedded cluster of the scenario's agents and
+    stopped afterwards with every executor it launched.
+    """
+    import json
+
+    from google.protobuf import json_format
+
+    from allocator.backends.cluster_file import agent_infos
+    from allocator.batch import run_live_batch
+    from allocator.broker.server import BrokerService
+    from allocator.sim.batch import load_batch
+
+    spec = load_batch(scenario)
+    workdir = Path(out)
+    workdir.mkdir(parents=True, exist_ok=True)
+    service = None
+    if broker is None:
+        options = BrokerOptions(
+            scheduler=scheduler, mode=mode, selection=selection, ties=ties, http_port=0,
+            grpc_port=0, token=token, state_dir=workdir / "broker",
+            agents=agent_infos(spec.agents),
+        )  # fmt: skip
+        service = BrokerService(options).start()
+        broker = service.http_address
+        if not quiet:
+            info = service.broker.info()
+            click.echo(
+                f"fairbroker: {spec.name}: {info.scheduler} ({info.selection}), {info.mode} "
+                f"mode, {len(spec.agents)} agents; broker at {broker}",
+                err=True,
+            )
+
+    def snapshot() -> dict:
+        return json_format.MessageToDict(service.broker.allocation())
+
+    try:
+        result = run_live_batch(
+            spec,
+            broker=broker,
+            snapshot=snapshot if service is not None else None,
+            workdir=workdir,
+            oblivious=mode == "oblivious",
+            token=token,
+            progress=not quiet,
+            job_timeout=job_timeout,
+        )
+    finally:
+        if service is not None:
+            service.stop(kill_executors=True)
+    data = result.to_json()
+    (workdir / "result.json").write_text(json.dumps(data, indent=2) + "\n")
+    if result.series is not None:
+        result.plot(workdir / "allocation.png")
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        click.echo(result.render_summary())
+        click.echo(f"\nwrote {workdir / 'result.json'}, {workdir / 'allocation.png'}, job logs in "
+                   f"{workdir / 'jobs'}")  # fmt: skip
+    if result.failures:
+        raise click.ClickException(f"{len(result.failures)} job(s) failed; see their logs")
+
+
+COMMANDS = (serve, status, configure, batch)

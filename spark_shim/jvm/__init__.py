@@ -1,0 +1,1 @@
+"""The JVM side of the shim: a Spark ExternalClusterManager for sparkbroker:// master URLs."""
