@@ -11,13 +11,24 @@ groups:
     demand: {cpus: 2, mem: 2048} # per executor; or `spark:` with a Spark conf
     executors: 64                # executors each job asks for (default: from the conf)
     job: {work: 400, startup_s: 5, executor_start_s: 3, serial_s: 2, release_spread_s: 2}
+    app: {kind: pi, partitions: 8, samples: 200000}   # what a live run submits
 ```
+
+One file serves both runs. The simulator (`fairbroker sim`) uses `job:` (the job model, always
+required) and ignores `app:`. The live runner (`fairbroker batch`, allocator.batch) ignores
+`job:` and needs `app:` and `spark:` (the conf passed to spark-submit, which also gives the
+per-executor demand). `app:` is one of
+  {kind: pi, partitions: 8, samples: 200000, seed: 0}        # spark_shim/apps/pi.py
+  {kind: wordcount, input_mb: 20, partitions: 12, seed: 0}   # input made by apps/wordgen.py
+  {kind: script, path: my_app.py, args: [a, 1]}              # any script; checked by exit code
+where `samples` is per partition and `partitions` of a WordCount defaults to twice the job's
+executors. A script's relative path is taken from the current directory.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -45,6 +56,36 @@ class JobSpec(BaseModel):
         return JobModel(**self.model_dump())
 
 
+class PiApp(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["pi"]
+    partitions: int = Field(default=8, ge=1, le=100_000)
+    samples: int = Field(default=200_000, ge=1, le=10**10)  # per partition
+    seed: int = Field(default=0, ge=0)
+
+
+class WordCountApp(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["wordcount"]
+    input_mb: float = Field(gt=0, le=100_000, allow_inf_nan=False)
+    partitions: int | None = Field(default=None, ge=1, le=100_000)
+    seed: int = Field(default=0, ge=0)
+
+
+class ScriptApp(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["script"]
+    path: str = Field(min_length=1)
+    args: list[str | bool | int | float] = []
+
+
+AppSpec = Annotated[PiApp | WordCountApp | ScriptApp, Field(discriminator="kind")]
+APP_KINDS = ("pi", "wordcount", "script")
+
+
 class GroupSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -58,6 +99,7 @@ class GroupSpec(BaseModel):
     job: JobSpec
     submit_gap_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     constraints: dict[str, str | int | float | bool | list[str | int | float | bool]] = {}
+    app: AppSpec | None = None
 
     @model_validator(mode="after")
     def _demand_source(self) -> GroupSpec:
@@ -114,13 +156,23 @@ class BatchSpec(BaseModel):
         return tuple(names)
 
 
+def _batch_error(error: ValidationError) -> str:
+    """First validation error, without pydantic's `app.<kind>` tag step in the location."""
+    where, _, message = _first_error(error).partition(": ")
+    for kind in APP_KINDS:
+        where = where.replace(f".app.{kind}.", ".app.", 1)
+    if message.startswith("Unable to extract tag"):
+        return f"{where}.kind: missing (one of {', '.join(APP_KINDS)})"
+    return f"{where}: {message}" if message else where
+
+
 def parse_batch(data: Any) -> BatchSpec:
     if not isinstance(data, dict):
         raise ScenarioError("batch: expected a mapping with 'agents' and 'groups'")
     try:
         spec = BatchSpec.model_validate(data)
     except ValidationError as error:
-        raise ScenarioError(_first_error(error)) from None
+        raise ScenarioError(_batch_error(error)) from None
     resources = set(spec.resource_names())
     for g, group in enumerate(spec.groups):
         try:
