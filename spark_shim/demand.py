@@ -96,7 +96,10 @@ def executor_demand(
         overhead = max(minimum, math.floor(factor * heap))
     extra = 0.0
     if _flag(conf, "spark.memory.offHeap.enabled"):
-        extra += size_mib(conf.get("spark.memory.offHeap.size", "0"), "spark.memory.offHeap.size")
+        # Spark reads a bare off-heap size as bytes (every other size here as MiB).
+        extra += size_mib(
+            conf.get("spark.memory.offHeap.size", "0"), "spark.memory.offHeap.size", "b"
+        )
     if "spark.executor.pyspark.memory" in conf:
         extra += size_mib(conf["spark.executor.pyspark.memory"], "spark.executor.pyspark.memory")
 

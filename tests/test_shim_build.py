@@ -215,6 +215,9 @@ AGREEMENT_CONFS: list[dict[str, str]] = [
         "spark.dynamicAllocation.maxExecutors": "4",
         "spark.executor.instances": "2",
         "spark.executor.memoryOverhead": "100m",
+        # a bare off-heap size is bytes to Spark: 256 MiB here
+        "spark.memory.offHeap.enabled": "true",
+        "spark.memory.offHeap.size": str(256 * 1024 * 1024),
     },
 ]
 

@@ -44,45 +44,60 @@ def service_for(tmp_path: Path, agents=None, **kw) -> BrokerService:
     return BrokerService(options)
 
 
-def check_capacity(service: BrokerService, stop: threading.Event, seen: list[str]) -> None:
-    """Sample the broker's allocation until `stop`; record any agent over capacity."""
-    while not stop.wait(0.2):
-        for agent in service.broker.allocation().agents:
+def watch(service: BrokerService, stop: threading.Event, over: list[str], placed: set) -> None:
+    """Sample the broker until `stop`: agents over capacity, and (group, executor, agent)."""
+    while not stop.wait(0.1):
+        allocation = service.broker.allocation()
+        for agent in allocation.agents:
             for r, cap in agent.capacity.items():
                 if agent.allocated[r] > cap + 1e-9:
-                    seen.append(f"{agent.name}: {r} {agent.allocated[r]} > {cap}")
+                    over.append(f"{agent.name}: {r} {agent.allocated[r]} > {cap}")
+        for tenant in allocation.tenants:
+            placed.update((tenant.group, e.executor_id, e.agent) for e in tenant.executors)
 
 
-def test_rpsdsf_places_each_real_tenant_on_the_server_it_packs(tmp_path: Path) -> None:
-    # The drivers arrive seconds apart, so each tenant is first alone. Randomized round-robin
-    # would then hand it both servers in turn, and random ties at share 0 either one; joint
-    # selection with waste ties makes the prescribed placement independent of arrival order.
-    with service_for(
-        tmp_path, TWO_AGENTS, scheduler="rpsdsf", selection="joint", ties="waste"
-    ) as service:
-        stop, over = threading.Event(), []
-        sampler = threading.Thread(target=check_capacity, args=(service, stop, over))
+@pytest.mark.parametrize("scheduler", ["bfdrf", "rpsdsf"])
+def test_real_tenants_get_the_placement_the_scheduler_prescribes(
+    tmp_path: Path, scheduler: str
+) -> None:
+    # Joint selection: a tenant alone is served on the server where its criterion is lowest
+    # (randomized round-robin would visit both servers in turn).
+    with service_for(tmp_path, TWO_AGENTS, scheduler=scheduler, selection=(
+        "joint" if scheduler == "rpsdsf" else None
+    )) as service:  # fmt: skip
+        stop, over, placed = threading.Event(), [], set()
+        sampler = threading.Thread(target=watch, args=(service, stop, over, placed))
         sampler.start()
         try:
-            job = [str(HOSTS_JOB), "2", "8", "0.3"]
+            job = [str(HOSTS_JOB), "3", "9", "0.3"]
+            conf = {"spark.executor.instances": "3"}
             pi = Driver(service.http_address, job, workdir=tmp_path, name="pi", group="pi",
-                        conf=PI_CONF)  # fmt: skip
+                        conf={**PI_CONF, **conf})  # fmt: skip
             wc = Driver(service.http_address, job, workdir=tmp_path, name="wc", group="wc",
-                        conf=WC_CONF)  # fmt: skip
+                        conf={**WC_CONF, **conf})  # fmt: skip
             (pi_code, pi_result), (wc_code, wc_result) = pi.wait(), wc.wait()
         finally:
             stop.set()
             sampler.join()
         assert pi_code == 0, pi.output()
         assert wc_code == 0, wc.output()
-        assert pi_result["sum"] == wc_result["sum"] == sum(range(8))
-        # rPS-DSF: the memory-heavy WordCount-shaped tenant on the memory-rich server, the
-        # CPU-heavy Pi-shaped one on the CPU-rich server (where each fits the most tasks).
-        assert wc_result["task_hosts"] == ["127.0.2.1"]
-        assert pi_result["task_hosts"] == ["127.0.2.2"]
-        assert set(pi_result["hosts"]) == {"127.0.0.1", "127.0.2.2"}  # driver + executors
+        assert pi_result["sum"] == wc_result["sum"] == sum(range(9))
         assert over == []
     assert executor_processes(str(tmp_path)) == []
+    # The memory-heavy WordCount-shaped tenant belongs on the memory-rich server, the
+    # CPU-heavy Pi-shaped one on the CPU-rich server: each packs exactly there.
+    home = {"wc": "mem-rich", "pi": "cpu-rich"}
+    away = {g: sum(1 for group, _, a in placed if group == g and a != home[g]) for g in home}
+    if scheduler == "bfdrf":
+        # best fit is exact there (H = 0), whatever the arrival order
+        assert away == {"wc": 0, "pi": 0}, placed
+        assert wc_result["task_hosts"] == ["127.0.2.1"]
+        assert pi_result["task_hosts"] == ["127.0.2.2"]
+    else:
+        # rPS-DSF: every share is 0 before a tenant's first executor, so that one may land
+        # anywhere (a random tie); every later one goes home (x_n / gamma_{n,i} is lowest).
+        assert away["wc"] <= 1 and away["pi"] <= 1, placed
+    assert len({e for g, e, _ in placed if g == "wc"}) == 3
 
 
 def test_oblivious_tenant_runs_end_to_end(tmp_path: Path) -> None:

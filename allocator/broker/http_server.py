@@ -22,6 +22,8 @@ from allocator.broker.core import ApiError, Broker
 
 log = logging.getLogger(__name__)
 
+DRAIN_LIMIT_BYTES = 16 << 20
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: TenantHttpServer
@@ -42,6 +44,16 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.dumps({"error": str(error), "code": error.code}).encode()
         self._reply(HTTP_STATUS.get(error.code, 500), body)
 
+    def _discard(self, length: int) -> None:
+        """Read an oversized body so the client sees the answer, not a reset connection;
+        beyond DRAIN_LIMIT_BYTES the connection is simply closed."""
+        left = length if 0 < length <= DRAIN_LIMIT_BYTES else 0
+        while left > 0:
+            chunk = self.rfile.read(min(left, 1 << 16))
+            if not chunk:
+                return
+            left -= len(chunk)
+
     def do_GET(self) -> None:
         if self.path == "/healthz":
             self._reply(200, b'{"ok": true}')
@@ -57,7 +69,8 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             length = -1
         if length < 0 or length > MAX_REQUEST_BYTES:
-            self.close_connection = True  # the body is not read
+            self.close_connection = True
+            self._discard(length)
             self._error(
                 ApiError(
                     "RESOURCE_EXHAUSTED",

@@ -65,7 +65,7 @@ final class Registration {
     }
     double extra = 0;
     if (flag(conf, "spark.memory.offHeap.enabled")) {
-      extra += mib(conf, "spark.memory.offHeap.size", "0");
+      extra += mib(conf, "spark.memory.offHeap.size", "0", true);
     }
     if (conf.contains("spark.executor.pyspark.memory")) {
       extra += mib(conf, "spark.executor.pyspark.memory", null);
@@ -182,9 +182,14 @@ final class Registration {
 
   /** A size in MiB; a bare number is MiB, anything else is parsed by Spark. */
   private static double mib(SparkConf conf, String key, String fallback) {
+    return mib(conf, key, fallback, false);
+  }
+
+  /** As above; a bare number is bytes when `bareIsBytes` (Spark's off-heap size). */
+  private static double mib(SparkConf conf, String key, String fallback, boolean bareIsBytes) {
     String raw = conf.get(key, fallback).strip();
     if (BARE_NUMBER.matcher(raw).matches()) {
-      return Double.parseDouble(raw);
+      return Double.parseDouble(raw) / (bareIsBytes ? MIB : 1.0);
     }
     try {
       return JavaUtils.byteStringAsBytes(raw) / MIB;
