@@ -13,12 +13,12 @@ import re
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from allocator.backends.base import Backend, ExecutorState, LaunchSpec, TaskStatus
 from allocator.broker.proto import pb
+from allocator.broker.snapshot import engine_allocation
 from allocator.broker.store import Store
 from allocator.engine import Engine, EngineError
 from allocator.errors import FairbrokerError
@@ -64,6 +64,8 @@ class Tenant:
     next_executor: int = 1
     executors: dict[str, ExecutorRecord] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)  # agent -> failed launches
+    grants: int = 0  # executors launched for it
+    kills: int = 0  # executors killed at its request
 
     @property
     def tenant_id(self) -> str:
@@ -112,6 +114,9 @@ class Broker:
         self.kills_total = 0
         self.registration_seconds: deque[float] = deque(maxlen=HISTORY)
         self.run_seconds: deque[tuple[float, int]] = deque(maxlen=HISTORY)  # (duration, grants)
+        # Observers (metrics): called under the broker's lock, must be quick and not raise.
+        self.on_run: list[Callable[[float, int], None]] = []  # (run seconds, executors launched)
+        self.on_registered: list[Callable[[float], None]] = []  # grant -> registered seconds
 
     # ---- lifecycle ---------------------------------------------------------------------
     def start(self, loop: bool = True) -> None:
@@ -215,6 +220,7 @@ class Broker:
                 record.state = ExecutorState.KILLING
                 self.backend.kill(tenant_id, executor_id)
                 self.kills_total += 1
+                tenant.kills += 1
                 killed.append(executor_id)
             return killed
 
@@ -245,63 +251,20 @@ class Broker:
 
     def allocation(self) -> pb.Allocation:
         with self._lock:
-            engine = self.engine
-            resources = engine.resources
-            total = engine.capacity_total()
-            running = engine.running
-            tenants = []
-            for tenant in self.tenants.values():
-                count = engine.tasks_of(tenant.tenant_id)
-                held = {r: count * tenant.demand.get(r, 0.0) for r in resources}
-                share = max(
-                    (held[r] / total[k] for k, r in enumerate(resources) if total[k] > 0),
-                    default=0.0,
-                )
-                tenants.append(
-                    pb.TenantAllocation(
-                        tenant_id=tenant.tenant_id,
-                        group=tenant.request.group or "*",
-                        weight=tenant.request.weight or 1.0,
-                        demand=tenant.demand,
-                        declared=self._declared(tenant),
-                        target=tenant.target,
-                        running=count,
-                        pending=max(0, tenant.target - count),
-                        allocated=held,
-                        dominant_share=share,
-                        executors=[
-                            pb.Executor(
-                                executor_id=e.spec.executor_id,
-                                agent=e.spec.agent,
-                                state=e.state.value,
-                                started_at=e.started_at,
-                            )
-                            for e in tenant.executors.values()
-                        ],
+            allocation = engine_allocation(self.engine, self._info(), self.agent_hosts)
+            for entry in allocation.tenants:
+                tenant = self.tenants[entry.tenant_id]
+                entry.declared = self._declared(tenant)
+                entry.executors.extend(
+                    pb.Executor(
+                        executor_id=e.spec.executor_id,
+                        agent=e.spec.agent,
+                        state=e.state.value,
+                        started_at=e.started_at,
                     )
+                    for e in tenant.executors.values()
                 )
-            agents = []
-            for name, record in engine.agents.items():
-                used = np.zeros(len(resources))
-                per_tenant: dict[str, int] = {}
-                for (framework, agent), tasks in running.items():
-                    if agent == name:
-                        per_tenant[framework] = tasks
-                        used += tasks * engine.frameworks[framework].demand
-                agents.append(
-                    pb.AgentAllocation(
-                        name=name,
-                        hostname=self.agent_hosts.get(name, ""),
-                        capacity=dict(zip(resources, map(float, record.capacity), strict=True)),
-                        allocated=dict(zip(resources, map(float, used), strict=True)),
-                        residual=dict(
-                            zip(resources, map(float, record.capacity - used), strict=True)
-                        ),
-                        executors=per_tenant,
-                        attributes=self.agent_attributes.get(name, {}),
-                    )
-                )
-            return pb.Allocation(broker=self._info(), tenants=tenants, agents=agents)
+            return allocation
 
     # ---- internals ---------------------------------------------------------------------
     def _info(self) -> pb.BrokerInfo:
@@ -431,7 +394,10 @@ class Broker:
             if status.state is ExecutorState.RUNNING:
                 if record.state is ExecutorState.LAUNCHING:
                     record.state = ExecutorState.RUNNING
-                    self.registration_seconds.append(time.monotonic() - record.granted_at)
+                    latency = time.monotonic() - record.granted_at
+                    self.registration_seconds.append(latency)
+                    for observe in self.on_registered:
+                        observe(latency)
                 return
             if not status.state.terminal:
                 return
@@ -474,6 +440,7 @@ class Broker:
             now = time.monotonic()
             self._expire_leases(now)
             began = time.perf_counter()
+            runs_before = self.engine.runs
             grants = self.engine.allocate(now)
             launched = 0
             for grant in grants:
@@ -483,6 +450,9 @@ class Broker:
                     launched += 1
             if grants:
                 self.run_seconds.append((time.perf_counter() - began, launched))
+            if self.engine.runs != runs_before:
+                for observe in self.on_run:
+                    observe(time.perf_counter() - began, launched)
             return launched
 
     def _launch(self, tenant: Tenant, agent: str, resources: dict[str, float], now: float) -> None:
@@ -504,6 +474,7 @@ class Broker:
         )
         record = ExecutorRecord(spec, ExecutorState.LAUNCHING, now, time.time())
         tenant.executors[executor_id] = record
+        tenant.grants += 1
         try:
             handle = self.backend.launch(spec)
         except Exception as error:  # a launch failure must not stop the loop

@@ -1,0 +1,64 @@
+"""The Allocation message (tenants and agents) from the online engine's state.
+
+One definition for the live broker, the simulator and the metrics: whatever reads an
+allocation (`fairbroker status`, Prometheus, time series) reads this message.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from allocator.broker.proto import pb
+from allocator.engine import Engine
+
+
+def engine_allocation(
+    engine: Engine,
+    info: pb.BrokerInfo | None = None,
+    hosts: dict[str, str] | None = None,
+) -> pb.Allocation:
+    resources = engine.resources
+    total = engine.capacity_total()
+    running = engine.running
+    pending = engine.pending()
+    tenants = []
+    for name, record in engine.frameworks.items():
+        count = engine.tasks_of(name)
+        held = count * record.demand
+        shares = np.divide(held, total, out=np.zeros_like(held), where=total > 0)
+        tenants.append(
+            pb.TenantAllocation(
+                tenant_id=name,
+                group=record.role,
+                weight=record.weight,
+                demand=_named(resources, record.demand),
+                declared=record.declared,
+                target=int(min(record.target, 2**31 - 1)),
+                running=count,
+                pending=int(min(pending[name], 2**31 - 1)),
+                allocated=_named(resources, held),
+                dominant_share=float(shares.max(initial=0.0)),
+            )
+        )
+    used: dict[str, np.ndarray] = {a: np.zeros(len(resources)) for a in engine.agents}
+    per_agent: dict[str, dict[str, int]] = {a: {} for a in engine.agents}
+    for (framework, agent), tasks in running.items():
+        per_agent[agent][framework] = tasks
+        used[agent] += tasks * engine.frameworks[framework].demand
+    agents = [
+        pb.AgentAllocation(
+            name=name,
+            hostname=(hosts or {}).get(name, ""),
+            capacity=_named(resources, record.capacity),
+            allocated=_named(resources, used[name]),
+            residual=_named(resources, record.capacity - used[name]),
+            executors=per_agent[name],
+            attributes={k: str(v) for k, v in record.attributes.items()},
+        )
+        for name, record in engine.agents.items()
+    ]
+    return pb.Allocation(broker=info, tenants=tenants, agents=agents)
+
+
+def _named(resources: tuple[str, ...], values: np.ndarray) -> dict[str, float]:
+    return dict(zip(resources, map(float, values), strict=True))
