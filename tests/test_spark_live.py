@@ -221,3 +221,23 @@ def _no_leftover_executors(tmp_path: Path):
     for pid in executor_processes(str(tmp_path)):  # a failed test must not leak JVMs
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
+
+
+def test_session_built_in_python_runs_through_the_broker(tmp_path: Path) -> None:
+    session_job = HOSTS_JOB.with_name("session_job.py")
+    with service_for(tmp_path, TWO_AGENTS, scheduler="drf") as service:
+        stop, over, placed = threading.Event(), [], set()
+        sampler = threading.Thread(target=watch, args=(service, stop, over, placed))
+        sampler.start()
+        try:
+            done = subprocess.run(
+                [sys.executable, str(session_job), service.http_address],
+                capture_output=True, text=True, timeout=240, cwd=tmp_path,
+            )  # fmt: skip
+        finally:
+            stop.set()
+            sampler.join()
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert 'RESULT {"sum": 4950}' in done.stdout
+        assert {(g, e) for g, e, _ in placed} == {("python", "1")}
+    assert executor_processes(str(tmp_path)) == []
