@@ -213,6 +213,23 @@ class Engine:
             self._eligible[fw_slot, slot] = _matches(record.attributes, constraints)
         self.run_now = self._dirty = True
 
+    def set_capacity(self, name: str, capacity: dict[str, float]) -> None:
+        """What the allocator may use on an agent changed (a Mesos framework's offers plus
+        its own running tasks); a rise is like a new offer and asks for a run."""
+        self._agent(name)
+        unknown = set(capacity) - set(self.resources)
+        if unknown:
+            raise EngineError(f"agent {name!r}: unknown resource {sorted(unknown)[0]!r}")
+        vector = np.array([float(capacity.get(r, 0.0)) for r in self.resources])
+        if not np.isfinite(vector).all() or (vector < 0).any():
+            raise EngineError(f"agent {name!r}: capacity must be finite and non-negative")
+        slot = self._agent_slots.index[name]
+        if (vector > self._capacity[slot]).any():
+            self.run_now = True
+        self._capacity[slot] = vector
+        self.agents[name].capacity = vector
+        self._dirty = True
+
     def remove_agent(self, name: str) -> list[tuple[str, int]]:
         """Forget an agent; returns the (framework, tasks) that were running there (lost)."""
         self._agent(name)

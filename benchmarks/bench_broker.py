@@ -35,7 +35,7 @@ class NullBackend:
     def __init__(self, agents: list[AgentInfo]) -> None:
         self._agents = agents
 
-    def start(self, on_status) -> None:
+    def start(self, events) -> None:
         pass
 
     def agents(self) -> list[AgentInfo]:
@@ -45,6 +45,9 @@ class NullBackend:
         return "0"
 
     def kill(self, tenant_id: str, executor_id: str) -> None:
+        pass
+
+    def flush(self) -> None:
         pass
 
     def adopt(self, spec: LaunchSpec, handle: str) -> bool:

@@ -38,10 +38,11 @@ class RecordingBackend:
         self.launched: list[LaunchSpec] = []
         self.killed: list[tuple[str, str]] = []
         self.alive = alive if alive is not None else set()
-        self.on_status = None
+        self.flushes = 0
+        self.events = None
 
-    def start(self, on_status) -> None:
-        self.on_status = on_status
+    def start(self, events) -> None:
+        self.events = events
 
     def agents(self):
         return list(self._agents)
@@ -54,6 +55,9 @@ class RecordingBackend:
     def kill(self, tenant_id: str, executor_id: str) -> None:
         self.killed.append((tenant_id, executor_id))
 
+    def flush(self) -> None:
+        self.flushes += 1
+
     def adopt(self, spec: LaunchSpec, handle: str) -> bool:
         return (spec.tenant_id, spec.executor_id) in self.alive
 
@@ -63,7 +67,7 @@ class RecordingBackend:
     def report(self, spec: LaunchSpec, state: ExecutorState) -> None:
         if state.terminal:
             self.alive.discard((spec.tenant_id, spec.executor_id))
-        self.on_status(TaskStatus(spec.tenant_id, spec.executor_id, state, "test"))
+        self.events.status(TaskStatus(spec.tenant_id, spec.executor_id, state, "test"))
 
 
 def request(tenant: str, demand: dict, target: int = 10, group: str = "", **kw):
@@ -340,3 +344,31 @@ def test_grpc_errors_name_the_problem(service) -> None:
         assert (info.scheduler, info.mode) == ("drf", "oblivious")
         with pytest.raises(BrokerCallError, match=r"unknown .fifo."):
             client.configure(scheduler="fifo")
+
+
+def test_agents_come_and_go_with_the_backend() -> None:
+    """A Mesos-like backend: agents appear with offers, capacity follows them, agents die."""
+    backend = RecordingBackend(agents=[AGENTS[1]])  # the CPU-rich t2 only
+    broker = Broker(backend, "drf", "characterized")
+    broker.start(loop=False)
+    broker.register(request("pi", PI, target=6))
+    assert broker.allocate_once() == 4  # 8 cpus / 2 per executor
+    assert backend.flushes == 1
+    broker.agent_added(AGENTS[0])  # t1: 4 cpus more
+    assert broker.engine.run_now
+    assert broker.allocate_once() == 2 and placed(backend)["pi"] == {"t2": 4, "t1": 2}
+    # what the broker may use on t1 shrinks to what it already runs there: nothing new fits
+    broker.set_target("pi", 8)
+    broker.capacity_changed("t1", {"cpus": 4, "mem": 2048, "disk": 100})  # disk: not ours
+    assert broker.allocate_once() == 0
+    # t2 dies: its four executors are lost, forgotten, and replaced where there is room
+    broker.agent_removed("t2")
+    assert broker.engine.tasks_of("pi") == 2
+    assert {e.agent for e in broker.allocation().tenants[0].executors} == {"t1"}
+    broker.capacity_changed("t1", {"cpus": 4, "mem": 7168})
+    broker.agent_added(AGENTS[2])  # t3: 6 cpus
+    assert broker.allocate_once() == 3  # 6 cpus on t3; t1 is full at 4
+    assert broker.engine.tasks_of("pi") == 5
+    for agent in broker.allocation().agents:
+        assert agent.allocated["cpus"] <= agent.capacity["cpus"]
+    broker.stop()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -53,21 +52,39 @@ class TaskStatus:
     message: str = ""
 
 
-StatusCallback = Callable[[TaskStatus], None]
+class BackendEvents(Protocol):
+    """What a backend reports to the broker (from any thread)."""
+
+    def status(self, status: TaskStatus) -> None:
+        """An executor changed state."""
+
+    def agent_added(self, agent: AgentInfo) -> None:
+        """An agent appeared (e.g. in a Mesos offer) with what the broker may use there."""
+
+    def agent_removed(self, name: str) -> None:
+        """An agent is gone; its executors are lost."""
+
+    def capacity_changed(self, name: str, capacity: dict[str, float]) -> None:
+        """What the broker may use on an agent in all changed (free offers + its executors)."""
 
 
 class Backend(Protocol):
     name: str
 
-    def start(self, on_status: StatusCallback) -> None:
-        """Begin reporting executor status changes through `on_status`."""
+    def start(self, events: BackendEvents) -> None:
+        """Begin reporting to the broker."""
 
-    def agents(self) -> list[AgentInfo]: ...
+    def agents(self) -> list[AgentInfo]:
+        """The agents known at start (a backend may add more through its events)."""
 
     def launch(self, spec: LaunchSpec) -> str:
         """Start the executor; returns a backend handle (pid, task id) to persist."""
 
     def kill(self, tenant_id: str, executor_id: str) -> None: ...
+
+    def flush(self) -> None:
+        """End of an allocation run: carry out the launches made during it (e.g. one Mesos
+        ACCEPT per agent) and give back what was not used."""
 
     def adopt(self, spec: LaunchSpec, handle: str) -> bool:
         """After a broker restart: take over a running executor; False if it is gone."""

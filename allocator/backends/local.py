@@ -18,7 +18,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from allocator.backends.base import AgentInfo, ExecutorState, LaunchSpec, StatusCallback, TaskStatus
+from allocator.backends.base import (
+    AgentInfo,
+    BackendEvents,
+    ExecutorState,
+    LaunchSpec,
+    TaskStatus,
+)
 from allocator.errors import FairbrokerError
 
 log = logging.getLogger(__name__)
@@ -99,13 +105,13 @@ class LocalCluster:
         self.home = home or spark_home()
         self._procs: dict[tuple[str, str], _Process] = {}
         self._lock = threading.Lock()
-        self._on_status: StatusCallback | None = None
+        self._events: BackendEvents | None = None
         self._stop = threading.Event()
         self._monitor: threading.Thread | None = None
 
     # ---- Backend -----------------------------------------------------------------------
-    def start(self, on_status: StatusCallback) -> None:
-        self._on_status = on_status
+    def start(self, events: BackendEvents) -> None:
+        self._events = events
         for agent in self._agents:
             (self.workdir / agent.name).mkdir(parents=True, exist_ok=True)
         self._monitor = threading.Thread(target=self._watch, name="local-cluster", daemon=True)
@@ -155,6 +161,9 @@ class LocalCluster:
                 return
             proc.killing_since = time.monotonic()
         self._signal(proc, signal.SIGTERM)
+
+    def flush(self) -> None:
+        pass  # every launch started at once
 
     def adopt(self, spec: LaunchSpec, handle: str) -> bool:
         try:
@@ -259,8 +268,8 @@ class LocalCluster:
                 log.exception("local cluster: poll failed")
                 continue
             for status in updates:
-                if self._on_status is not None:
+                if self._events is not None:
                     try:
-                        self._on_status(status)
+                        self._events.status(status)
                     except Exception:
                         log.exception("status callback failed for %s", status)

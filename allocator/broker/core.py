@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from allocator.backends.base import Backend, ExecutorState, LaunchSpec, TaskStatus
+from allocator.backends.base import AgentInfo, Backend, ExecutorState, LaunchSpec, TaskStatus
 from allocator.broker.proto import pb
 from allocator.broker.snapshot import engine_allocation
 from allocator.broker.store import Store
@@ -122,7 +122,7 @@ class Broker:
     def start(self, loop: bool = True) -> None:
         """Recover persisted state and start the allocation loop (tests may drive
         `allocate_once` themselves with loop=False)."""
-        self.backend.start(self._on_status)
+        self.backend.start(self)
         self._recover()
         if not loop:
             return
@@ -385,7 +385,8 @@ class Broker:
         if self.engine.run_now:
             self._wake.set()
 
-    def _on_status(self, status: TaskStatus) -> None:
+    # ---- backend events (BackendEvents) ---------------------------------------------------
+    def status(self, status: TaskStatus) -> None:
         with self._lock:
             tenant = self.tenants.get(status.tenant_id)
             record = tenant.executors.get(status.executor_id) if tenant else None
@@ -425,6 +426,41 @@ class Broker:
                     )
             self._poke()
 
+    def agent_added(self, agent: AgentInfo) -> None:
+        capacity = {r: v for r, v in agent.resources.items() if r in self.engine.resources}
+        with self._lock:
+            self.agent_hosts[agent.name] = agent.hostname
+            self.agent_attributes[agent.name] = dict(agent.attributes)
+            if agent.name in self.engine.agents:
+                self.engine.set_capacity(agent.name, capacity)
+            else:
+                self.engine.add_agent(agent.name, capacity, agent.attributes)
+                log.info("agent %s (%s) added: %s", agent.name, agent.hostname, capacity)
+            self._poke()
+
+    def agent_removed(self, name: str) -> None:
+        with self._lock:
+            if name not in self.engine.agents:
+                return
+            self.engine.remove_agent(name)  # its tasks leave the accounting with it
+            for tenant in self.tenants.values():
+                for executor_id, record in list(tenant.executors.items()):
+                    if record.spec.agent == name:
+                        log.warning("executor %s/%s lost with agent %s", *_key(record.spec), name)
+                        del tenant.executors[executor_id]
+                        self.store.delete_executor(tenant.tenant_id, executor_id)
+            self.agent_hosts.pop(name, None)
+            self.agent_attributes.pop(name, None)
+            self._poke()
+
+    def capacity_changed(self, name: str, capacity: dict[str, float]) -> None:
+        with self._lock:
+            if name in self.engine.agents:
+                self.engine.set_capacity(
+                    name, {r: v for r, v in capacity.items() if r in self.engine.resources}
+                )
+                self._poke()
+
     def _expire_leases(self, now: float) -> None:
         for tenant in list(self.tenants.values()):
             if now - tenant.last_seen > self.lease_seconds:
@@ -449,6 +485,7 @@ class Broker:
                     self._launch(tenant, grant.agent, grant.resources, now)
                     launched += 1
             if grants:
+                self.backend.flush()
                 self.run_seconds.append((time.perf_counter() - began, launched))
             if self.engine.runs != runs_before:
                 for observe in self.on_run:
