@@ -23,12 +23,17 @@ def _short(groups: Sequence[str]) -> dict[str, str]:
 
 
 class BatchProgress:
+    """Bars on a terminal; on a pipe or file, one plain line each time a job finishes."""
+
     def __init__(self, jobs_per_group: Mapping[str, int], enabled: bool = True) -> None:
         self.enabled = enabled
         self.labels = _short(list(jobs_per_group))
+        self.totals = dict(jobs_per_group)
         self.bars: dict[str, tqdm] = {}
         self.status: tqdm | None = None
-        if not enabled:
+        self.plain = not sys.stderr.isatty()
+        self._last_done: dict[str, int] = {}
+        if not enabled or self.plain:
             return
         width = max(len(g) for g in jobs_per_group)
         for position, (group, total) in enumerate(jobs_per_group.items()):
@@ -51,6 +56,9 @@ class BatchProgress:
     def update(self, done: Mapping[str, int], sample: AllocationSample | None) -> None:
         if not self.enabled:
             return
+        if self.plain:
+            self._line(done, sample)
+            return
         for group, bar in self.bars.items():
             bar.update(done.get(group, 0) - bar.n)
             if sample is not None:
@@ -61,6 +69,19 @@ class BatchProgress:
                 f"{agent}:{self._counts(n)}" for agent, n in sample.agent_executors.items()
             )
             self.status.set_description_str(f"executors per agent: {agents or '-'}")
+
+    def _line(self, done: Mapping[str, int], sample: AllocationSample | None) -> None:
+        now = {g: done.get(g, 0) for g in self.totals}
+        if now == self._last_done:
+            return
+        self._last_done = now
+        jobs = ", ".join(f"{g} {n}/{self.totals[g]}" for g, n in now.items())
+        agents = ""
+        if sample is not None:
+            agents = "; executors per agent: " + " ".join(
+                f"{agent}:{self._counts(n)}" for agent, n in sample.agent_executors.items()
+            )
+        print(f"jobs done: {jobs}{agents}", file=sys.stderr, flush=True)
 
     def _counts(self, counts: Mapping[str, int]) -> str:
         """e.g. "pi2+wo1" for 2 pi and 1 wordcount executors, "0" for none."""
