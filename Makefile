@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV35 := .venv-spark35
 RUN_DIR ?= results/run
 
-.PHONY: install run test test-spark35 lint bench clean
+.PHONY: install system-deps run test test-spark35 lint bench clean
 
 install: $(STAMP)
 
@@ -23,7 +23,13 @@ run: install
 	$(VENV)/bin/fairbroker batch benchmarks/scenarios/spark-small.yaml \
 		--scheduler rpsdsf --mode characterized --out $(RUN_DIR)
 
-test: install
+# Debian's Prometheus server and promtool, for tests/test_prometheus.py.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+system-deps:
+	command -v prometheus >/dev/null || ($(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus)
+
+test: install system-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q
 

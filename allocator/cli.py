@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import click
 from tqdm import tqdm
@@ -180,6 +181,13 @@ def _simulate(batch, name: str, mode: str, level: str, trigger: str, seed: int, 
     default=None,
     help="Write allocated CPU %/memory % over time to this PNG.",
 )
+@click.option(
+    "--series",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the allocation time series to this CSV (the live batch's allocation.csv "
+    "columns); with --compare one file per run, NAME-SCHEDULER-MODE.csv.",
+)
 def sim(
     scenario: str,
     scheduler: str,
@@ -191,6 +199,7 @@ def sim(
     as_json: bool,
     quiet: bool,
     plot: str | None,
+    series: str | None,
 ) -> None:
     """Simulate a job batch or a trace (SCENARIO) in virtual time through the online engine."""
     from allocator.sim.batch import load_batch
@@ -208,6 +217,8 @@ def sim(
     results = [_simulate(batch, s, m, level, trigger, seed, quiet) for s, m in runs]
     if plot:
         plot_runs([(f"{r.scheduler}/{r.mode}", r.series) for r in results], plot, batch.name)
+    if series:
+        _write_series(series, results, compare)
     payloads = []
     for result in results:
         payload = result.to_json()
@@ -232,6 +243,15 @@ def sim(
         )
     if plot:
         click.echo(f"plot written to {plot}")
+
+
+def _write_series(path: str, results: list, compare: bool) -> None:
+    from allocator.sim.series import write_series_csv
+
+    target = Path(path)
+    for r in results:
+        out = target.with_name(f"{target.stem}-{r.scheduler}-{r.mode}.csv") if compare else target
+        write_series_csv(out, r.series)
 
 
 def _simulate_trace(

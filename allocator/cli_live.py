@@ -10,7 +10,12 @@ from pathlib import Path
 
 import click
 
-from allocator.broker.server import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, BrokerOptions
+from allocator.broker.server import (
+    DEFAULT_GRPC_PORT,
+    DEFAULT_HTTP_PORT,
+    DEFAULT_METRICS_PORT,
+    BrokerOptions,
+)
 from allocator.policy import SCHEDULERS, Selection, Ties
 from allocator.state import Mode
 
@@ -77,6 +82,11 @@ def broker_options(func):
             "--lease", "lease_seconds", type=click.FloatRange(min=1), default=30.0,
             show_default=True, help="Seconds a tenant may stay silent before it is dropped.",
         ),
+        click.option(
+            "--metrics-port", type=click.IntRange(0, 65535), default=DEFAULT_METRICS_PORT,
+            show_default=True, help="Prometheus /metrics on --host (0: any free port).",
+        ),
+        click.option("--no-metrics", is_flag=True, help="Do not serve Prometheus metrics."),
     ]  # fmt: skip
     for option in reversed(options):
         func = option(func)
@@ -95,6 +105,7 @@ def make_options(**kw) -> BrokerOptions:
         token=read_token(kw["token"], kw["token_file"]),
         lease_seconds=kw["lease_seconds"],
         state_dir=Path(kw["state_dir"]),
+        metrics_port=None if kw["no_metrics"] else kw["metrics_port"],
     )
     if kw.get("cluster_file"):
         options.cluster_file = Path(kw["cluster_file"])
@@ -121,9 +132,11 @@ def serve(keep_executors: bool, log_level: str, **kw) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
     service.start()
+    metrics = f"http://{service.metrics_address}/metrics" if service.metrics_address else "off"
     click.echo(
         f"fairbroker: serving on http://{service.http_address} (Spark master "
-        f"sparkbroker://{service.http_address}), gRPC {service.grpc_address}; pid {os.getpid()}",
+        f"sparkbroker://{service.http_address}), gRPC {service.grpc_address}, metrics "
+        f"{metrics}; pid {os.getpid()}",
         err=True,
     )
     done.wait()
@@ -209,11 +222,17 @@ def configure(
 )
 @click.option("--token", envvar=TOKEN_ENV, default=None)
 @click.option("--job-timeout", type=click.FloatRange(min=1), default=600.0, show_default=True)
+@click.option(
+    "--metrics-port", type=click.IntRange(0, 65535), default=None,
+    help="Serve the started broker's Prometheus /metrics on this port (0: any free port; "
+    "default: off).",
+)  # fmt: skip
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def batch(
     scenario: str, scheduler: str, mode: str, selection: str | None, ties: str, out: str,
-    broker: str | None, token: str | None, job_timeout: float, quiet: bool, as_json: bool,
+    broker: str | None, token: str | None, job_timeout: float, metrics_port: int | None,
+    quiet: bool, as_json: bool,
 ) -> None:  # fmt: skip
     """Run SCENARIO's Spark job batches (queues of jobs per group) through the broker.
 
@@ -228,6 +247,7 @@ def batch(
     from allocator.batch import run_live_batch
     from allocator.broker.server import BrokerService
     from allocator.sim.batch import load_batch
+    from allocator.sim.series import write_series_csv
 
     spec = load_batch(scenario)
     workdir = Path(out)
@@ -237,15 +257,16 @@ def batch(
         options = BrokerOptions(
             scheduler=scheduler, mode=mode, selection=selection, ties=ties, http_port=0,
             grpc_port=0, token=token, state_dir=workdir / "broker",
-            agents=agent_infos(spec.agents),
+            agents=agent_infos(spec.agents), metrics_port=metrics_port,
         )  # fmt: skip
         service = BrokerService(options).start()
         broker = service.http_address
         if not quiet:
             info = service.broker.info()
+            metrics = f", metrics at {service.metrics_address}" if service.metrics_address else ""
             click.echo(
                 f"fairbroker: {spec.name}: {info.scheduler} ({info.selection}), {info.mode} "
-                f"mode, {len(spec.agents)} agents; broker at {broker}",
+                f"mode, {len(spec.agents)} agents; broker at {broker}{metrics}",
                 err=True,
             )
 
@@ -270,12 +291,14 @@ def batch(
     (workdir / "result.json").write_text(json.dumps(data, indent=2) + "\n")
     if result.series is not None:
         result.plot(workdir / "allocation.png")
+        series = result.series
+        write_series_csv(workdir / "allocation.csv", series.total, series.by_group)
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:
         click.echo(result.render_summary())
-        click.echo(f"\nwrote {workdir / 'result.json'}, {workdir / 'allocation.png'}, job logs in "
-                   f"{workdir / 'jobs'}")  # fmt: skip
+        click.echo(f"\nwrote {workdir / 'result.json'}, {workdir / 'allocation.png'}, "
+                   f"{workdir / 'allocation.csv'}, job logs in {workdir / 'jobs'}")  # fmt: skip
     if result.failures:
         raise click.ClickException(f"{len(result.failures)} job(s) failed; see their logs")
 

@@ -133,3 +133,18 @@ def test_bad_batches_are_one_line_errors(tmp_path, case):
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], done.stderr
+
+
+def test_sim_writes_the_series_csv_a_live_batch_writes(tmp_path: Path) -> None:
+    out = tmp_path / "series.csv"
+    done = run_fairbroker(
+        "sim", "benchmarks/scenarios/spark-small.yaml", "--json", "--series", str(out)
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    rows = out.read_text().splitlines()
+    assert rows[0] == "time_s,allocated_cpus,allocated_mem,fairness"
+    values = [list(map(float, row.split(","))) for row in rows[1:]]
+    assert all(0 <= v <= 1 for row in values for v in row[1:])
+    assert values[-1][0] == pytest.approx(result["makespan_s"], abs=1.0)
+    assert max(row[1] for row in values) > 0.3  # executors were granted and show up

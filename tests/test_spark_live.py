@@ -166,7 +166,7 @@ def _serve(port: int, grpc_port: int, state: Path, log: Path) -> subprocess.Pope
     with open(log, "ab") as out:
         return subprocess.Popen(
             [str(fairbroker), "serve", "--scheduler", "drf", "--port", str(port),
-             "--grpc-port", str(grpc_port), "--state-dir", str(state)],
+             "--grpc-port", str(grpc_port), "--metrics-port", "0", "--state-dir", str(state)],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
 

@@ -1,9 +1,10 @@
 """Allocation time series of a live run, built from broker snapshots.
 
 Each snapshot feeds allocator.sim.series.AllocationSeries through an engine-shaped view (the
-series only asks for `resources`, `capacity_total()` and `allocated_by_role()`), one series for
-all groups and one per group, so time averages, fairness and plots are defined exactly as in
-the simulator. Executors per agent and group are averaged over the same busy time.
+series reads it as allocator.metrics_defs.GroupUsage: `resources`, `capacity_total()` and
+`allocated_by_role()`), one series for all groups and one per group, so time averages,
+fairness and plots are defined exactly as in the simulator and the Prometheus exporter.
+Executors per agent and group are averaged over the same busy time.
 """
 
 from __future__ import annotations

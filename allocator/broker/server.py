@@ -14,11 +14,13 @@ from allocator.broker.core import DEFAULT_LEASE_SECONDS, TICK_SECONDS, Broker
 from allocator.broker.grpc_server import TenantGrpcServer
 from allocator.broker.http_server import TenantHttpServer
 from allocator.broker.store import Store
+from allocator.metrics import BrokerMetrics, MetricsServer
 
 log = logging.getLogger(__name__)
 
 DEFAULT_HTTP_PORT = 7080  # the sparkbroker://HOST:PORT the Spark plugin talks to
 DEFAULT_GRPC_PORT = 7081
+DEFAULT_METRICS_PORT = 7082  # Prometheus /metrics (`fairbroker serve`; docs/metrics.md)
 
 
 @dataclass
@@ -41,6 +43,7 @@ class BrokerOptions:
     cluster_file: Path = DEFAULT_CLUSTER
     agents: list[AgentInfo] | None = None  # overrides cluster_file
     observers: list[RequestObserver] = field(default_factory=list)
+    metrics_port: int | None = None  # Prometheus /metrics on `host` (0: ephemeral; None: off)
 
 
 class BrokerService:
@@ -66,6 +69,10 @@ class BrokerService:
             store=store,
             tick_seconds=options.tick_seconds,
         )
+        self.metrics: BrokerMetrics | None = None
+        self.metrics_server: MetricsServer | None = None
+        if options.metrics_port is not None:
+            self.metrics = BrokerMetrics.of_broker(self.broker)
         address = options.host
         self.http = TenantHttpServer(
             self.broker, (address, options.http_port), options.token, self._observe
@@ -79,6 +86,8 @@ class BrokerService:
             raise
 
     def _observe(self, transport: str, method: str, code: str) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_request(transport, method, code)
         for observer in self.options.observers:
             observer(transport, method, code)
 
@@ -90,18 +99,40 @@ class BrokerService:
     def grpc_address(self) -> str:
         return f"{self.options.host}:{self.grpc.port}"
 
+    @property
+    def metrics_address(self) -> str | None:
+        if self.metrics_server is None:
+            return None
+        return f"{self.options.host}:{self.metrics_server.port}"
+
     def start(self) -> BrokerService:
+        if self.metrics is not None and self.options.metrics_port is not None:
+            try:
+                self.metrics_server = MetricsServer(
+                    self.metrics.registry, self.options.host, self.options.metrics_port
+                )
+            except OSError as error:
+                self.http.server_close()
+                self.grpc.stop()
+                raise OSError(
+                    f"cannot serve metrics on {self.options.host}:{self.options.metrics_port}: "
+                    f"{error.strerror or error}"
+                ) from None
         self.broker.start()
         self.http.start()
         self.grpc.start()
         info = self.broker.info()
         log.info(
-            "broker up: %s, %s mode, %s backend; HTTP %s, gRPC %s",
+            "broker up: %s, %s mode, %s backend; HTTP %s, gRPC %s, metrics %s",
             info.scheduler, info.mode, info.backend, self.http_address, self.grpc_address,
+            self.metrics_address or "off",
         )  # fmt: skip
         return self
 
     def stop(self, kill_executors: bool = True) -> None:
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+            self.metrics_server = None
         self.http.stop()
         self.grpc.stop()
         self.broker.stop(kill_executors=kill_executors)

@@ -1,25 +1,25 @@
 """Allocation time series: allocated fraction per resource and Jain's fairness index.
 
 Values are piecewise constant between events; `advance(t)` integrates up to t with the
-values last recorded. The same definitions serve the simulator and a live run.
+values last recorded. The values are allocator.metrics_defs's, the definitions the
+Prometheus exporter uses, so the simulator, a live batch and a scrape agree.
 """
 
 from __future__ import annotations
 
+import csv
+from collections.abc import Mapping
+from pathlib import Path
+
 import numpy as np
 
-from allocator.engine import Engine
+from allocator.metrics_defs import EngineLike, GroupUsage, jain
 
-
-def jain(values: np.ndarray) -> float:
-    """Jain's index (sum x)^2 / (n sum x^2); 1 when all equal, 1/n when one holds all."""
-    if len(values) == 0 or not np.any(values):
-        return 1.0
-    return float(values.sum() ** 2 / (len(values) * np.square(values).sum()))
+__all__ = ["AllocationSeries", "jain", "write_series_csv"]
 
 
 class AllocationSeries:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EngineLike) -> None:
         self.engine = engine
         self.times: list[float] = []
         self.allocated: list[np.ndarray] = []  # fraction of registered capacity, per resource
@@ -42,14 +42,9 @@ class AllocationSeries:
 
     def record(self, time: float, busy_groups: set[str]) -> None:
         """Sample the engine's allocation now; `busy_groups` have jobs waiting or running."""
-        total = self.engine.capacity_total()
-        held = self.engine.allocated_by_role()
-        zero = np.zeros(len(total))
-        used = sum(held.values(), zero)
-        scale = np.divide(1.0, total, out=np.zeros_like(total), where=total > 0)
-        shares = np.array([np.max(held.get(g, zero) * scale) for g in sorted(busy_groups)])
-        self._last_alloc = used * scale
-        self._last_fair = jain(shares) if len(shares) else 1.0
+        usage = GroupUsage.of(self.engine)
+        self._last_alloc = usage.allocated_ratio()
+        self._last_fair = usage.fairness(busy_groups)
         self._busy = bool(busy_groups)
         self.times.append(time)
         self.allocated.append(self._last_alloc)
@@ -65,3 +60,25 @@ class AllocationSeries:
 
     def mean_fairness(self) -> float:
         return self._fair_integral / self._span if self._span > 0 else 1.0
+
+
+def write_series_csv(
+    path: str | Path, series: AllocationSeries, parts: Mapping[str, AllocationSeries] | None = None
+) -> None:
+    """One row per sample: time_s, allocated_<resource> (`fairbroker_cluster_allocated_ratio`),
+    fairness, then <part>_allocated_<resource> for each part recorded at the same times (a live
+    batch's groups: `fairbroker_group_allocated_ratio`)."""
+    parts = dict(parts or {})
+    resources = series.engine.resources
+    header = ["time_s", *(f"allocated_{r}" for r in resources), "fairness"]
+    header += [f"{label}_allocated_{r}" for label in parts for r in resources]
+    columns = [part.allocated for part in parts.values()]
+    with open(path, "w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(header)
+        for k, (time, allocated, fairness) in enumerate(
+            zip(series.times, series.allocated, series.fairness, strict=True)
+        ):
+            row = [f"{time:.3f}", *(f"{v:.6f}" for v in allocated), f"{fairness:.6f}"]
+            row += [f"{v:.6f}" for column in columns for v in column[k]]
+            writer.writerow(row)
