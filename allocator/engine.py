@@ -259,7 +259,10 @@ class Engine:
         target: float = 0.0,
         constraints: dict | None = None,
         declared: bool | None = None,
+        require_fit: bool = True,
     ) -> None:
+        """`require_fit`: refuse a demand no registered agent holds (off when agents come
+        and go with offers, as on Mesos)."""
         if name in self.frameworks:
             raise EngineError(f"framework {name!r}: already registered")
         if not (weight > 0 and np.isfinite(weight)):
@@ -271,7 +274,7 @@ class Engine:
         row = self._constraint_row(constraints)
         n_a = self._agent_slots.size
         fits = (vector <= self._capacity[:n_a] + 1e-9).all(axis=1) & row[:n_a]
-        if self.agents and not fits.any():
+        if require_fit and self.agents and not fits.any():
             raise EngineError(f"framework {name!r}: demand fits no registered agent")
         record = FrameworkRecord(
             name,

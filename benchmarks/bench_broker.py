@@ -47,7 +47,10 @@ class NullBackend:
     def kill(self, tenant_id: str, executor_id: str) -> None:
         pass
 
-    def flush(self) -> None:
+    def tenant_constraints(self, group: str) -> dict[str, str]:
+        return {}
+
+    def flush(self, wants_more: bool) -> None:
         pass
 
     def adopt(self, spec: LaunchSpec, handle: str) -> bool:

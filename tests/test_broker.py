@@ -55,7 +55,10 @@ class RecordingBackend:
     def kill(self, tenant_id: str, executor_id: str) -> None:
         self.killed.append((tenant_id, executor_id))
 
-    def flush(self) -> None:
+    def tenant_constraints(self, group: str) -> dict[str, str]:
+        return {}
+
+    def flush(self, wants_more: bool) -> None:
         self.flushes += 1
 
     def adopt(self, spec: LaunchSpec, handle: str) -> bool:

@@ -77,14 +77,18 @@ class Backend(Protocol):
     def agents(self) -> list[AgentInfo]:
         """The agents known at start (a backend may add more through its events)."""
 
+    def tenant_constraints(self, group: str) -> dict[str, str]:
+        """Agent attributes a tenant of `group` must be placed on (e.g. its Mesos role)."""
+
     def launch(self, spec: LaunchSpec) -> str:
         """Start the executor; returns a backend handle (pid, task id) to persist."""
 
     def kill(self, tenant_id: str, executor_id: str) -> None: ...
 
-    def flush(self) -> None:
+    def flush(self, wants_more: bool) -> None:
         """End of an allocation run: carry out the launches made during it (e.g. one Mesos
-        ACCEPT per agent) and give back what was not used."""
+        ACCEPT per agent) and give back what was not used; `wants_more`: some tenant still
+        has executors pending (a Mesos framework suppresses offers when none has)."""
 
     def adopt(self, spec: LaunchSpec, handle: str) -> bool:
         """After a broker restart: take over a running executor; False if it is gone."""

@@ -162,7 +162,10 @@ class LocalCluster:
             proc.killing_since = time.monotonic()
         self._signal(proc, signal.SIGTERM)
 
-    def flush(self) -> None:
+    def tenant_constraints(self, group: str) -> dict[str, str]:
+        return {}
+
+    def flush(self, wants_more: bool) -> None:
         pass  # every launch started at once
 
     def adopt(self, spec: LaunchSpec, handle: str) -> bool:

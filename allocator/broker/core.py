@@ -100,6 +100,9 @@ class Broker:
             tuple(resources), scheduler, mode, selection,
             level=level, trigger=trigger, ties=ties, seed=seed,
         )  # fmt: skip
+        # A backend that declares its agents up front (the embedded cluster) has a fixed
+        # capacity, so a demand no agent holds is refused at registration.
+        self._static_cluster = bool(agents)
         self.agent_hosts = {a.name: a.hostname for a in agents}
         self.agent_attributes = {a.name: dict(a.attributes) for a in agents}
         for agent in agents:
@@ -346,8 +349,12 @@ class Broker:
                 demand,
                 role=request.group or "*",
                 weight=request.weight or 1.0,
-                constraints=dict(request.constraints),
+                constraints={
+                    **request.constraints,
+                    **self.backend.tenant_constraints(request.group or "*"),
+                },
                 declared=False if request.oblivious else None,
+                require_fit=self._static_cluster,
             )
         except EngineError as error:
             raise invalid(str(error)) from None
@@ -484,8 +491,8 @@ class Broker:
                 for _ in range(grant.tasks):
                     self._launch(tenant, grant.agent, grant.resources, now)
                     launched += 1
+            self.backend.flush(any(self.engine.pending().values()))
             if grants:
-                self.backend.flush()
                 self.run_seconds.append((time.perf_counter() - began, launched))
             if self.engine.runs != runs_before:
                 for observe in self.on_run:

@@ -1,0 +1,455 @@
+"""The Mesos backend: the broker as one Mesos framework (v1 scheduler API through pymesos).
+
+Offers become what the broker may use on each agent (held offers + its own tasks there);
+each allocation run's launches on an agent become one ACCEPT of that agent's offers with a
+LAUNCH per executor, and the offers a run leaves unused are declined with a refuse filter.
+With no executor pending the framework SUPPRESSes, and REVIVEs when demand returns.
+
+With several roles (one per group), an agent offered to role R is a separate engine agent
+`AGENT@R` carrying the attribute `mesos_role=R`, and each tenant is constrained to its
+group's role, so an executor only ever lands in an offer of its own role.
+
+pymesos runs callbacks on its IO thread and re-raises any exception from them in the main
+thread; every callback here is wrapped so nothing escapes.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import shlex
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from allocator.backends.base import (
+    AgentInfo,
+    BackendEvents,
+    ExecutorState,
+    LaunchSpec,
+    TaskStatus,
+)
+from allocator.backends.local import EXECUTOR_CLASS
+
+log = logging.getLogger(__name__)
+
+ROLE_ATTRIBUTE = "mesos_role"
+HEARTBEAT_SECONDS = 15.0  # the master's fixed interval
+MISSED_HEARTBEATS = 5  # then the connection is considered dead and re-established
+TERMINAL = {
+    "TASK_FINISHED": ExecutorState.FINISHED,
+    "TASK_FAILED": ExecutorState.FAILED,
+    "TASK_KILLED": ExecutorState.KILLED,
+    "TASK_LOST": ExecutorState.FAILED,
+    "TASK_ERROR": ExecutorState.FAILED,
+    "TASK_DROPPED": ExecutorState.FAILED,
+    "TASK_GONE": ExecutorState.FAILED,
+    "TASK_GONE_BY_OPERATOR": ExecutorState.FAILED,
+    "TASK_UNKNOWN": ExecutorState.FAILED,
+}
+
+
+@dataclass
+class _Offer:
+    offer_id: str
+    agent_id: str
+    hostname: str
+    role: str
+    resources: dict[str, float]
+    attributes: dict[str, str]
+
+
+@dataclass
+class _Task:
+    spec: LaunchSpec
+    agent_key: str  # engine agent (AGENT or AGENT@ROLE)
+    agent_id: str
+    state: str = "TASK_STAGING"
+
+
+@dataclass
+class MesosOptions:
+    master: str  # HOST:5050 or zk://...
+    roles: tuple[str, ...] = ("*",)
+    principal: str | None = None
+    secret: str | None = None
+    failover_timeout: float = 7 * 24 * 3600.0
+    framework_name: str = "fairbroker"
+    spark_home: str = "/opt/spark"  # where Spark is on the agents
+    refuse_seconds: float = 5.0
+    state_dir: Path = Path(".fairbroker")
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def scalars(resources: list[dict], role: str | None = None) -> dict[str, float]:
+    """Scalar resources of a v1 resource list (optionally only those allocated to `role`)."""
+    out: dict[str, float] = {}
+    for r in resources:
+        if r.get("type", "SCALAR") != "SCALAR" or "scalar" not in r:
+            continue
+        allocated = r.get("allocation_info", {}).get("role")
+        if role is not None and allocated not in (None, role):
+            continue
+        out[r["name"]] = out.get(r["name"], 0.0) + float(r["scalar"]["value"])
+    return out
+
+
+def attributes(offer: dict) -> dict[str, str]:
+    out = {}
+    for a in offer.get("attributes", []):
+        kind = a.get("type", "TEXT").lower()
+        value = a.get(kind, {})
+        out[a["name"]] = str(value.get("value", value))
+    return out
+
+
+def _guarded(method: Callable) -> Callable:
+    @functools.wraps(method)
+    def call(self: MesosBackend, *args: Any) -> Any:
+        try:
+            return method(self, *args)
+        except Exception:  # an exception here would kill pymesos' IO thread and the broker
+            log.exception("mesos callback %s failed", method.__name__)
+            return None
+
+    return call
+
+
+class MesosBackend:
+    """Backend protocol (allocator.backends.base) over a pymesos scheduler driver."""
+
+    name = "mesos"
+
+    def __init__(
+        self, options: MesosOptions, driver_factory: Callable[..., Any] | None = None
+    ) -> None:
+        self.options = options
+        self._driver_factory = driver_factory or _pymesos_driver
+        self._driver: Any = None
+        self._events: BackendEvents | None = None
+        self._lock = threading.RLock()
+        self._offers: dict[str, _Offer] = {}
+        self._tasks: dict[str, _Task] = {}
+        self._pending: dict[str, list[dict]] = {}  # agent key -> TaskInfos of this run
+        self._agents: dict[str, AgentInfo] = {}  # engine agent key -> info
+        self._suppressed = False
+        self._last_heartbeat = time.monotonic()
+        self._stop = threading.Event()
+        self._watchdog: threading.Thread | None = None
+        self.framework_id: str | None = self._load_framework_id()
+
+    # ---- Backend -----------------------------------------------------------------------
+    def start(self, events: BackendEvents) -> None:
+        self._events = events
+        self._connect()
+        self._watchdog = threading.Thread(target=self._watch, name="mesos-watchdog", daemon=True)
+        self._watchdog.start()
+
+    def agents(self) -> list[AgentInfo]:
+        return []  # they arrive with offers
+
+    def tenant_constraints(self, group: str) -> dict[str, str]:
+        """With several roles, a tenant runs in offers of its group's role (else the first)."""
+        roles = self.options.roles
+        if len(roles) == 1:
+            return {}
+        return {ROLE_ATTRIBUTE: group if group in roles else roles[0]}
+
+    def launch(self, spec: LaunchSpec) -> str:
+        with self._lock:
+            agent = self._agents[spec.agent]
+            agent_id, role = agent.name.split("@")[0], agent.attributes.get(ROLE_ATTRIBUTE, "*")
+            task_id = f"{spec.tenant_id}.{spec.executor_id}"
+            self._pending.setdefault(spec.agent, []).append(
+                self.task_info(spec, task_id, agent_id, agent.hostname, role)
+            )
+            self._tasks[task_id] = _Task(spec, spec.agent, agent_id)
+            return task_id
+
+    def task_info(
+        self, spec: LaunchSpec, task_id: str, agent_id: str, hostname: str, role: str
+    ) -> dict:
+        """The TaskInfo of one executor: its resources are exactly the broker's demand."""
+        command = [
+            f"{self.options.spark_home}/bin/spark-class", EXECUTOR_CLASS,
+            "--driver-url", spec.driver_url, "--executor-id", spec.executor_id,
+            "--hostname", hostname, "--cores", str(spec.cores), "--app-id", spec.app_id,
+            "--resourceProfileId", str(spec.resource_profile_id),
+        ]  # fmt: skip
+        environment = {**spec.environment, "SPARK_EXECUTOR_MEMORY": f"{spec.heap_mib}m"}
+        resources = [
+            {"name": name, "type": "SCALAR", "scalar": {"value": round(value, 3)}}
+            | ({"role": role} if role != "*" else {})
+            for name, value in sorted(spec.resources.items())
+            if value > 0
+        ]
+        return {
+            "name": f"fairbroker {spec.tenant_id} executor {spec.executor_id}",
+            "task_id": {"value": task_id},
+            "agent_id": {"value": agent_id},
+            "resources": resources,
+            "command": {
+                "shell": True,
+                "value": shlex.join(command),
+                "environment": {
+                    "variables": [
+                        {"name": k, "value": v} for k, v in sorted(environment.items())
+                    ]
+                },
+            },
+        }
+
+    def flush(self, wants_more: bool = True) -> None:
+        """Accept the offers of agents that got launches, decline the rest; suppress when
+        nothing is pending."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+            by_agent: dict[str, list[_Offer]] = {}
+            for offer in self._offers.values():
+                by_agent.setdefault(self._key(offer), []).append(offer)
+            for key, offers in by_agent.items():
+                ids = [{"value": o.offer_id} for o in offers]
+                for o in offers:
+                    del self._offers[o.offer_id]
+                tasks = pending.pop(key, [])
+                if tasks:
+                    operations = [{"type": "LAUNCH", "launch": {"task_infos": tasks}}]
+                    self._driver.acceptOffers(ids, operations, {"refuse_seconds": 1.0})
+                else:
+                    self._driver.declineOffer(
+                        ids, {"refuse_seconds": self.options.refuse_seconds}
+                    )
+                self._report_capacity(key)
+            for tasks in pending.values():  # offers gone (rescinded) before the accept
+                for task in tasks:
+                    self._lost(task["task_id"]["value"], "offer no longer held")
+            if not wants_more and not self._suppressed:
+                self._driver.suppressOffers()
+                self._suppressed = True
+            elif wants_more and self._suppressed:
+                self._driver.reviveOffers()
+                self._suppressed = False
+
+    def kill(self, tenant_id: str, executor_id: str) -> None:
+        with self._lock:
+            task = self._tasks.get(f"{tenant_id}.{executor_id}")
+            if task is not None:
+                self._driver.killTask({"value": f"{tenant_id}.{executor_id}"})
+
+    def adopt(self, spec: LaunchSpec, handle: str) -> bool:
+        """After a broker restart: the task is assumed alive; reconciliation corrects it."""
+        with self._lock:
+            self._tasks[handle] = _Task(spec, spec.agent, spec.agent.split("@")[0], "TASK_RUNNING")
+        return True
+
+    def stop(self, kill_executors: bool = True) -> None:
+        self._stop.set()
+        if self._driver is None:
+            return
+        if kill_executors:
+            with self._lock:
+                for task_id in list(self._tasks):
+                    self._driver.killTask({"value": task_id})
+        # failover=True keeps the framework (and its tasks) for a restarted broker
+        self._driver.stop(failover=not kill_executors)
+
+    # ---- pymesos scheduler callbacks ---------------------------------------------------
+    @_guarded
+    def registered(self, driver: Any, framework_id: dict, master_info: dict) -> None:
+        self.framework_id = framework_id["value"]
+        self._save_framework_id()
+        log.info("registered with Mesos as framework %s", self.framework_id)
+        self._reconcile(driver)
+
+    @_guarded
+    def reregistered(self, driver: Any, master_info: dict) -> None:
+        log.info("re-registered with Mesos (framework %s)", self.framework_id)
+        with self._lock:
+            self._offers.clear()  # a failed-over master discards them without a rescind
+            for key in list(self._agents):
+                self._report_capacity(key)
+        self._reconcile(driver)
+
+    @_guarded
+    def disconnected(self, driver: Any) -> None:
+        log.warning("disconnected from the Mesos master")
+
+    @_guarded
+    def processHeartBeat(self, driver: Any) -> None:
+        self._last_heartbeat = time.monotonic()
+
+    @_guarded
+    def resourceOffers(self, driver: Any, offers: list[dict]) -> None:
+        self._last_heartbeat = time.monotonic()
+        with self._lock:
+            for raw in offers:
+                role = raw.get("allocation_info", {}).get("role", self.options.roles[0])
+                offer = _Offer(
+                    offer_id=raw["id"]["value"],
+                    agent_id=raw["agent_id"]["value"],
+                    hostname=raw["hostname"],
+                    role=role,
+                    resources=scalars(raw.get("resources", []), role),
+                    attributes=attributes(raw),
+                )
+                self._offers[offer.offer_id] = offer
+                key = self._key(offer)
+                if key not in self._agents:
+                    attrs = dict(offer.attributes)
+                    if len(self.options.roles) > 1:
+                        attrs[ROLE_ATTRIBUTE] = role
+                    self._agents[key] = AgentInfo(key, offer.hostname, {}, attrs)
+                self._report_capacity(key)
+
+    @_guarded
+    def offerRescinded(self, driver: Any, offer_id: dict) -> None:
+        with self._lock:
+            offer = self._offers.pop(offer_id["value"], None)
+            if offer is not None:
+                self._report_capacity(self._key(offer))
+
+    @_guarded
+    def statusUpdate(self, driver: Any, status: dict) -> None:
+        task_id = status["task_id"]["value"]
+        state = status.get("state", "")
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is not None:
+                task.state = state
+        if task is not None and self._events is not None:
+            spec = task.spec
+            if state == "TASK_RUNNING":
+                self._events.status(
+                    TaskStatus(spec.tenant_id, spec.executor_id, ExecutorState.RUNNING, state)
+                )
+            elif state in TERMINAL:
+                with self._lock:
+                    self._tasks.pop(task_id, None)
+                message = f"{state}: {status.get('message', status.get('reason', ''))}"
+                self._events.status(
+                    TaskStatus(spec.tenant_id, spec.executor_id, TERMINAL[state], message)
+                )
+                with self._lock:
+                    self._report_capacity(task.agent_key)
+        if "uuid" in status:
+            driver.acknowledgeStatusUpdate(status)  # explicit acknowledgements
+
+    @_guarded
+    def slaveLost(self, driver: Any, agent_id: dict) -> None:
+        lost = agent_id["value"]
+        with self._lock:
+            keys = [k for k in self._agents if k.split("@")[0] == lost]
+            self._offers = {i: o for i, o in self._offers.items() if o.agent_id != lost}
+            self._tasks = {i: t for i, t in self._tasks.items() if t.agent_id != lost}
+            for key in keys:
+                del self._agents[key]
+        for key in keys:
+            if self._events is not None:
+                self._events.agent_removed(key)
+
+    @_guarded
+    def error(self, driver: Any, message: str) -> None:
+        log.error("Mesos master error: %s", message)
+
+    # ---- internals ---------------------------------------------------------------------
+    def _key(self, offer: _Offer) -> str:
+        return offer.agent_id if len(self.options.roles) == 1 else f"{offer.agent_id}@{offer.role}"
+
+    def _report_capacity(self, key: str) -> None:
+        """What the broker may use on an engine agent: its held offers plus its tasks."""
+        info = self._agents.get(key)
+        if info is None or self._events is None:
+            return
+        total: dict[str, float] = {}
+        for offer in self._offers.values():
+            if self._key(offer) == key:
+                for r, v in offer.resources.items():
+                    total[r] = total.get(r, 0.0) + v
+        for task in self._tasks.values():
+            if task.agent_key == key:
+                for r, v in task.spec.resources.items():
+                    total[r] = total.get(r, 0.0) + v
+        if not info.resources:
+            self._agents[key] = info = AgentInfo(key, info.hostname, total, info.attributes)
+            if any(v > 0 for v in total.values()):
+                self._events.agent_added(info)
+            return
+        self._events.capacity_changed(key, total)
+
+    def _lost(self, task_id: str, why: str) -> None:
+        task = self._tasks.pop(task_id, None)
+        if task is not None and self._events is not None:
+            self._events.status(
+                TaskStatus(task.spec.tenant_id, task.spec.executor_id, ExecutorState.FAILED, why)
+            )
+
+    def _reconcile(self, driver: Any) -> None:
+        with self._lock:
+            tasks = [{"task_id": {"value": t}} for t in self._tasks]
+        driver.reconcileTasks(tasks)
+
+    def _framework_info(self) -> dict:
+        roles = list(self.options.roles)
+        info: dict[str, Any] = {
+            "user": "",
+            "name": self.options.framework_name,
+            "failover_timeout": self.options.failover_timeout,
+            "checkpoint": True,
+            "capabilities": [{"type": "MULTI_ROLE"}],
+            "roles": roles,
+        }
+        if self.options.principal:
+            info["principal"] = self.options.principal
+        if self.framework_id:
+            info["id"] = {"value": self.framework_id}
+        return info
+
+    def _connect(self) -> None:
+        self._driver = self._driver_factory(self, self._framework_info(), self.options)
+        self._last_heartbeat = time.monotonic()
+        self._driver.start()
+
+    def _watch(self) -> None:
+        """pymesos does not notice a silent master: reconnect after missed heartbeats."""
+        limit = MISSED_HEARTBEATS * HEARTBEAT_SECONDS
+        while not self._stop.wait(1.0):
+            if time.monotonic() - self._last_heartbeat > limit:
+                log.warning("no heartbeat from the Mesos master for %.0f s; reconnecting", limit)
+                try:
+                    self._driver.stop(failover=True)
+                    self._connect()
+                except Exception:
+                    log.exception("reconnecting to the Mesos master failed")
+                    self._last_heartbeat = time.monotonic()
+
+    def _framework_file(self) -> Path:
+        return Path(self.options.state_dir) / "mesos-framework-id"
+
+    def _load_framework_id(self) -> str | None:
+        try:
+            return self._framework_file().read_text().strip() or None
+        except OSError:
+            return None
+
+    def _save_framework_id(self) -> None:
+        path = self._framework_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{self.framework_id}\n")
+
+
+def _pymesos_driver(scheduler: MesosBackend, framework: dict, options: MesosOptions) -> Any:
+    from pymesos import MesosSchedulerDriver
+
+    return MesosSchedulerDriver(
+        scheduler,
+        framework,
+        options.master,
+        use_addict=False,
+        implicit_acknowledgements=False,
+        principal=options.principal,
+        secret=options.secret,
+        failover=True,
+    )

@@ -1,0 +1,203 @@
+"""The Mesos backend's bookkeeping with the real broker and a recording scheduler driver:
+offers to capacity, ACCEPT/LAUNCH with the exact demand, declines with filters, status
+updates, rescinds, agent loss, suppress/revive, and callbacks that never raise."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from allocator.backends.mesos import MesosBackend, MesosOptions
+from allocator.broker.core import Broker
+from allocator.broker.proto import pb
+
+
+class RecordingDriver:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple]] = []
+
+    def __getattr__(self, name: str):
+        def record(*args, **kwargs):
+            self.calls.append((name, args + tuple(kwargs.values())))
+
+        return record
+
+    def named(self, name: str) -> list[tuple]:
+        return [args for call, args in self.calls if call == name]
+
+
+def offer(offer_id: str, agent: str, host: str, cpus: float, mem: float, role: str = "*"):
+    resources = [
+        {"name": "cpus", "type": "SCALAR", "scalar": {"value": cpus}, "role": "*",
+         "allocation_info": {"role": role}},
+        {"name": "mem", "type": "SCALAR", "scalar": {"value": mem}, "role": "*",
+         "allocation_info": {"role": role}},
+        {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": 31000, "end": 32000}]}},
+    ]  # fmt: skip
+    return {
+        "id": {"value": offer_id},
+        "framework_id": {"value": "fw-1"},
+        "agent_id": {"value": agent},
+        "hostname": host,
+        "resources": resources,
+        "attributes": [{"name": "type", "type": "TEXT", "text": {"value": agent}}],
+        "allocation_info": {"role": role},
+    }
+
+
+def tenant(name: str, cpus: float, mem: float, target: int, group: str = "") -> pb.RegisterRequest:
+    return pb.RegisterRequest(
+        tenant_id=name, group=group, demand={"cpus": cpus, "mem": mem}, target=target,
+        launch=pb.ExecutorLaunch(
+            driver_url="spark://CoarseGrainedScheduler@10.0.0.5:7078", app_id=f"app-{name}",
+            cores=int(cpus), heap_mib=int(mem) - 384,
+        ),
+    )  # fmt: skip
+
+
+@pytest.fixture
+def setup(tmp_path: Path):
+    driver = RecordingDriver()
+    backend = MesosBackend(
+        MesosOptions(master="127.0.0.1:5050", state_dir=tmp_path, spark_home="/opt/spark"),
+        driver_factory=lambda scheduler, framework, options: driver,
+    )
+    broker = Broker(backend, "bfdrf")
+    broker.start(loop=False)
+    backend.registered(driver, {"value": "fw-1"}, {})
+    yield broker, backend, driver
+    broker.stop(kill_executors=False)
+
+
+def launched(driver: RecordingDriver) -> list[dict]:
+    return [
+        task
+        for ids, operations, _filters in driver.named("acceptOffers")
+        for op in operations
+        for task in op["launch"]["task_infos"]
+    ]
+
+
+def test_offers_become_capacity_and_launches_carry_the_demand_exactly(setup) -> None:
+    broker, backend, driver = setup
+    assert (Path(backend.options.state_dir) / "mesos-framework-id").read_text() == "fw-1\n"
+    backend.resourceOffers(driver, [
+        offer("o1", "mem-rich", "10.0.0.1", 4, 7168),
+        offer("o2", "cpu-rich", "10.0.0.2", 8, 4096),
+    ])  # fmt: skip
+    broker.register(tenant("wc", 1, 1792, target=4))
+    broker.register(tenant("pi", 2, 1024, target=4))
+    assert broker.allocate_once() == 8
+    tasks = launched(driver)
+    assert len(tasks) == 8
+    by_agent: dict[str, list[str]] = {}
+    for task in tasks:
+        by_agent.setdefault(task["agent_id"]["value"], []).append(task["task_id"]["value"])
+        resources = {r["name"]: r["scalar"]["value"] for r in task["resources"]}
+        wc = task["task_id"]["value"].startswith("wc.")
+        assert resources == ({"cpus": 1, "mem": 1792} if wc else {"cpus": 2, "mem": 1024})
+        command = shlex.split(task["command"]["value"])
+        assert command[:2] == [
+            "/opt/spark/bin/spark-class", "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+        ]  # fmt: skip
+        host = command[command.index("--hostname") + 1]
+        assert host == {"mem-rich": "10.0.0.1", "cpu-rich": "10.0.0.2"}[
+            task["agent_id"]["value"]
+        ]
+        env = {v["name"]: v["value"] for v in task["command"]["environment"]["variables"]}
+        assert env["SPARK_EXECUTOR_MEMORY"] == ("1408m" if wc else "640m")
+    # BF-DRF packs each where it fits exactly: 4 WordCount on mem-rich, 4 Pi on cpu-rich
+    assert sorted(by_agent["mem-rich"]) == [f"wc.{i}" for i in range(1, 5)]
+    assert sorted(by_agent["cpu-rich"]) == [f"pi.{i}" for i in range(1, 5)]
+    # one ACCEPT per agent, with the offers of that agent only
+    accepts = driver.named("acceptOffers")
+    assert sorted(ids[0]["value"] for ids, _, _ in accepts) == ["o1", "o2"]
+
+
+def test_unused_offers_are_declined_with_a_filter_and_no_demand_suppresses(setup) -> None:
+    broker, backend, driver = setup
+    broker.register(tenant("pi", 2, 1024, target=1))
+    backend.resourceOffers(driver, [offer("o1", "a1", "h1", 8, 4096)])
+    broker.allocate_once()
+    backend.resourceOffers(driver, [offer("o2", "a2", "h2", 8, 4096)])
+    broker.allocate_once()  # nothing pending: o2 is declined and offers suppressed
+    (declined_ids, filters), = driver.named("declineOffer")
+    assert declined_ids == [{"value": "o2"}] and filters == {"refuse_seconds": 5.0}
+    assert len(driver.named("suppressOffers")) == 1
+    broker.set_target("pi", 3)
+    broker.allocate_once()
+    assert len(driver.named("reviveOffers")) == 1
+
+
+def test_status_updates_are_acknowledged_and_drive_the_engine(setup) -> None:
+    broker, backend, driver = setup
+    broker.register(tenant("pi", 2, 1024, target=2))
+    backend.resourceOffers(driver, [offer("o1", "a1", "h1", 8, 4096)])
+    broker.allocate_once()
+    running = {"task_id": {"value": "pi.1"}, "state": "TASK_RUNNING", "uuid": "YWJj"}
+    backend.statusUpdate(driver, running)
+    assert driver.named("acknowledgeStatusUpdate") == [(running,)]
+    assert broker.tenants["pi"].executors["1"].state.value == "RUNNING"
+    backend.statusUpdate(driver, {"task_id": {"value": "pi.2"}, "state": "TASK_FAILED",
+                                  "uuid": "ZGVm", "message": "boom"})  # fmt: skip
+    assert broker.engine.tasks_of("pi") == 1
+    # the failed executor's resources come back to the agent's capacity
+    assert broker.engine.agents["a1"].capacity.tolist() == [2.0, 1024.0]
+    backend.resourceOffers(driver, [offer("o3", "a1", "h1", 6, 3072)])
+    assert broker.allocate_once() == 1  # the replacement
+    assert launched(driver)[-1]["task_id"]["value"] == "pi.3"
+
+
+def test_rescinded_offers_and_lost_agents(setup) -> None:
+    broker, backend, driver = setup
+    broker.register(tenant("pi", 2, 1024, target=4))
+    backend.resourceOffers(driver, [offer("o1", "a1", "h1", 4, 2048)])
+    broker.allocate_once()
+    backend.resourceOffers(driver, [offer("o2", "a2", "h2", 8, 4096)])
+    backend.offerRescinded(driver, {"value": "o2"})
+    assert broker.allocate_once() == 0  # the rescinded offer is not used
+    assert [ids for ids, *_ in driver.named("acceptOffers")] == [[{"value": "o1"}]]
+    backend.slaveLost(driver, {"value": "a1"})
+    assert broker.engine.tasks_of("pi") == 0 and "a1" not in broker.engine.agents
+    assert broker.tenants["pi"].executors == {}
+
+
+def test_kill_and_stop_with_and_without_failover(setup) -> None:
+    broker, backend, driver = setup
+    broker.register(tenant("pi", 2, 1024, target=1))
+    backend.resourceOffers(driver, [offer("o1", "a1", "h1", 8, 4096)])
+    broker.allocate_once()
+    broker.kill("pi", ["1"])
+    assert driver.named("killTask") == [({"value": "pi.1"},)]
+    backend.stop(kill_executors=False)
+    assert driver.named("stop") == [(True,)]  # failover: tasks survive a broker restart
+
+
+def test_callbacks_never_raise(setup) -> None:
+    broker, backend, driver = setup
+    backend.resourceOffers(driver, [{"id": {"value": "broken"}}])  # no agent_id
+    backend.statusUpdate(driver, {"state": "TASK_RUNNING"})  # no task_id
+    backend.offerRescinded(driver, {})
+    assert broker.engine.agents == {}
+
+
+def test_each_role_is_its_own_pool(tmp_path: Path) -> None:
+    driver = RecordingDriver()
+    backend = MesosBackend(
+        MesosOptions(master="m:5050", roles=("pi", "wc"), state_dir=tmp_path),
+        driver_factory=lambda *_: driver,
+    )
+    broker = Broker(backend, "drf")
+    broker.start(loop=False)
+    backend.registered(driver, {"value": "fw-2"}, {})
+    backend.resourceOffers(driver, [offer("o1", "a1", "h1", 4, 4096, role="wc")])
+    broker.register(tenant("p", 2, 1024, target=2, group="pi"))
+    broker.register(tenant("w", 1, 1024, target=2, group="wc"))
+    # constraints keep each tenant in offers of its own role
+    assert broker.engine.frameworks["p"].constraints == {"mesos_role": "pi"}
+    broker.allocate_once()
+    agents = {t["task_id"]["value"]: t["agent_id"]["value"] for t in launched(driver)}
+    assert all(task.startswith("w.") for task in agents), agents
+    broker.stop(kill_executors=False)
