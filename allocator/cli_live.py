@@ -120,14 +120,56 @@ def make_options(**kw) -> BrokerOptions:
     help="On exit leave executors running for a restarted broker to re-adopt.",
 )  # fmt: skip
 @click.option("--log-level", type=_choice(["debug", "info", "warning"]), default="info")
-def serve(keep_executors: bool, log_level: str, **kw) -> None:
-    """Run the broker on the embedded local cluster until interrupted."""
+@click.option(
+    "--backend", type=_choice(["local", "mesos"]), default="local", show_default=True,
+    help="local: the embedded cluster; mesos: register as a framework with --master.",
+)
+@click.option("--master", default=None, help="Mesos master HOST:5050 or zk://HOST:2181/mesos.")
+@click.option(
+    "--role", "roles", multiple=True,
+    help="Mesos role(s) of the framework; repeat for several (a group runs in its own role).",
+)
+@click.option("--principal", default=None, help="Mesos principal (HTTP basic auth).")
+@click.option("--secret-file", type=click.Path(dir_okay=False, exists=True), default=None)
+@click.option(
+    "--failover-timeout", type=click.FloatRange(min=0), default=7 * 24 * 3600.0,
+    show_default=True, help="Seconds Mesos keeps the framework's tasks while the broker is away.",
+)
+@click.option(
+    "--spark-home", default="/opt/spark", show_default=True,
+    help="Where Spark is installed on the Mesos agents.",
+)
+def serve(
+    keep_executors: bool, log_level: str, backend: str, master: str | None,
+    roles: tuple[str, ...], principal: str | None, secret_file: str | None,
+    failover_timeout: float, spark_home: str, **kw,
+) -> None:  # fmt: skip
+    """Run the broker (embedded local cluster, or a Mesos framework) until interrupted."""
     from allocator.broker.server import BrokerService
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    service = BrokerService(make_options(**kw))
+    options = make_options(**kw)
+    cluster = None
+    if backend == "mesos":
+        from allocator.backends.mesos import MesosBackend, MesosOptions
+
+        if not master:
+            raise click.UsageError("--backend mesos needs --master HOST:5050 or zk://...")
+        if bool(principal) != bool(secret_file):
+            raise click.UsageError("--principal and --secret-file go together")
+        cluster = MesosBackend(
+            MesosOptions(
+                master=master, roles=roles or ("*",), principal=principal,
+                secret=Path(secret_file).read_text().strip() if secret_file else None,
+                failover_timeout=failover_timeout, spark_home=spark_home,
+                state_dir=options.state_dir,
+            )
+        )  # fmt: skip
+    elif master or roles or principal:
+        raise click.UsageError("--master, --role and --principal need --backend mesos")
+    service = BrokerService(options, backend=cluster)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
