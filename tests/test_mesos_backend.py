@@ -201,3 +201,38 @@ def test_each_role_is_its_own_pool(tmp_path: Path) -> None:
     agents = {t["task_id"]["value"]: t["agent_id"]["value"] for t in launched(driver)}
     assert all(task.startswith("w.") for task in agents), agents
     broker.stop(kill_executors=False)
+
+
+def test_a_restarted_broker_readopts_mesos_tasks_and_resubscribes(tmp_path: Path) -> None:
+    from allocator.broker.store import Store
+
+    def make(driver: RecordingDriver) -> Broker:
+        backend = MesosBackend(
+            MesosOptions(master="m:5050", state_dir=tmp_path), driver_factory=lambda *_: driver
+        )
+        broker = Broker(backend, "drf", store=Store(tmp_path / "s.sqlite"))
+        broker.start(loop=False)
+        return broker
+
+    first_driver = RecordingDriver()
+    first = make(first_driver)
+    first.backend.registered(first_driver, {"value": "fw-9"}, {})
+    first.register(tenant("pi", 2, 1024, target=2))
+    first.backend.resourceOffers(first_driver, [offer("o1", "a1", "h1", 8, 4096)])
+    assert first.allocate_once() == 2
+    first.stop(kill_executors=False)
+    assert first_driver.named("stop") == [(True,)]  # failover: the tasks keep running
+
+    driver = RecordingDriver()
+    second = make(driver)
+    assert second.backend.framework_id == "fw-9"  # re-subscribes as the same framework
+    assert second.engine.tasks_of("pi") == 2  # adopted, counted once
+    second.backend.registered(driver, {"value": "fw-9"}, {})
+    (reconciled,) = driver.named("reconcileTasks")
+    assert sorted(t["task_id"]["value"] for t in reconciled[0]) == ["pi.1", "pi.2"]
+    # Mesos says one of them died while the broker was away: it is replaced
+    second.backend.statusUpdate(driver, {"task_id": {"value": "pi.2"}, "state": "TASK_LOST"})
+    second.backend.resourceOffers(driver, [offer("o2", "a1", "h1", 6, 3072)])
+    assert second.allocate_once() == 1
+    assert launched(driver)[0]["task_id"]["value"] == "pi.3"
+    second.stop(kill_executors=False)

@@ -158,7 +158,19 @@ class Broker:
                     continue
                 tenant.next_executor = next_executor
                 self._set_target(tenant, target)
-            for spec, handle in self.store.executors():
+            stored = self.store.executors()
+            if not self._static_cluster:
+                # Agents come back with offers; until then an agent holds what its adopted
+                # executors use.
+                held: dict[str, dict[str, float]] = {}
+                for spec, _ in stored:
+                    agent = held.setdefault(spec.agent, {})
+                    for r, v in spec.resources.items():
+                        agent[r] = agent.get(r, 0.0) + v
+                for name, capacity in held.items():
+                    if name not in self.engine.agents:
+                        self.agent_added(AgentInfo(name, "", capacity))
+            for spec, handle in stored:
                 tenant = self.tenants.get(spec.tenant_id)
                 if tenant is None or spec.agent not in self.agent_hosts:
                     self.store.delete_executor(spec.tenant_id, spec.executor_id)
