@@ -11,9 +11,10 @@ RUN_DIR ?= results/run
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/install_pymesos.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,spark]'
+	$(PY) scripts/install_pymesos.py
 	$(PY) -m allocator.broker.proto
 	$(PY) -m spark_shim.jvm.build
 	touch $(STAMP)

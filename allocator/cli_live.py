@@ -225,13 +225,25 @@ def render_allocation(allocation) -> str:
 )  # fmt: skip
 @click.option("--token", envvar=TOKEN_ENV, default=None)
 @click.option("--json", "as_json", is_flag=True, help="The Allocation message as JSON.")
-def status(broker: str, token: str | None, as_json: bool) -> None:
+@click.option(
+    "--master", default=None,
+    help="Also show the Mesos master's own view (HOST:5050): agents, frameworks, DRF shares.",
+)  # fmt: skip
+def status(broker: str, token: str | None, as_json: bool, master: str | None) -> None:
     """Show the broker's current allocation: tenants and agents."""
     from google.protobuf import json_format
 
     with _client(broker, token) as client:
         allocation = client.allocation()
-    click.echo(json_format.MessageToJson(allocation) if as_json else render_allocation(allocation))
+    if as_json:
+        click.echo(json_format.MessageToJson(allocation))
+    else:
+        click.echo(render_allocation(allocation))
+    if master:
+        from allocator.backends.mesos_operator import mesos_view
+
+        click.echo("")
+        click.echo(mesos_view(master).render())
 
 
 @click.command()
