@@ -16,6 +16,7 @@ thread; every callback here is wrapped so nothing escapes.
 from __future__ import annotations
 
 import functools
+import getpass
 import logging
 import shlex
 import threading
@@ -136,6 +137,7 @@ class MesosBackend:
         self._pending: dict[str, list[dict]] = {}  # agent key -> TaskInfos of this run
         self._agents: dict[str, AgentInfo] = {}  # engine agent key -> info
         self._suppressed = False
+        self._outbox: list[Callable[[], None]] = []
         self._last_heartbeat = time.monotonic()
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
@@ -232,6 +234,7 @@ class MesosBackend:
             elif wants_more and self._suppressed:
                 self._driver.reviveOffers()
                 self._suppressed = False
+        self._emit()
 
     def kill(self, tenant_id: str, executor_id: str) -> None:
         with self._lock:
@@ -271,6 +274,7 @@ class MesosBackend:
             self._offers.clear()  # a failed-over master discards them without a rescind
             for key in list(self._agents):
                 self._report_capacity(key)
+        self._emit()
         self._reconcile(driver)
 
     @_guarded
@@ -303,6 +307,7 @@ class MesosBackend:
                         attrs[ROLE_ATTRIBUTE] = role
                     self._agents[key] = AgentInfo(key, offer.hostname, {}, attrs)
                 self._report_capacity(key)
+        self._emit()
 
     @_guarded
     def offerRescinded(self, driver: Any, offer_id: dict) -> None:
@@ -310,6 +315,7 @@ class MesosBackend:
             offer = self._offers.pop(offer_id["value"], None)
             if offer is not None:
                 self._report_capacity(self._key(offer))
+        self._emit()
 
     @_guarded
     def statusUpdate(self, driver: Any, status: dict) -> None:
@@ -334,6 +340,7 @@ class MesosBackend:
                 )
                 with self._lock:
                     self._report_capacity(task.agent_key)
+                self._emit()
         if "uuid" in status:
             driver.acknowledgeStatusUpdate(status)  # explicit acknowledgements
 
@@ -354,12 +361,30 @@ class MesosBackend:
     def error(self, driver: Any, message: str) -> None:
         log.error("Mesos master error: %s", message)
 
+    @_guarded
+    def executorLost(self, driver: Any, executor_id: dict, agent_id: dict, status: Any) -> None:
+        log.warning("executor %s lost on agent %s", executor_id, agent_id)
+
+    # Not used by a framework that launches command tasks and never reserves.
+    def inverseOffers(self, driver: Any, offers: list) -> None:
+        pass
+
+    def inverseOfferRescinded(self, driver: Any, offer_id: dict) -> None:
+        pass
+
+    def operationStatusUpdate(self, driver: Any, status: dict) -> None:
+        pass
+
+    def frameworkMessage(self, driver: Any, executor_id: dict, agent_id: dict, data: Any) -> None:
+        pass
+
     # ---- internals ---------------------------------------------------------------------
     def _key(self, offer: _Offer) -> str:
         return offer.agent_id if len(self.options.roles) == 1 else f"{offer.agent_id}@{offer.role}"
 
     def _report_capacity(self, key: str) -> None:
-        """What the broker may use on an engine agent: its held offers plus its tasks."""
+        """Queue what the broker may use on an engine agent (its held offers plus its tasks);
+        sent by `_emit` once the backend's lock is released (the broker's lock comes first)."""
         info = self._agents.get(key)
         if info is None or self._events is None:
             return
@@ -372,12 +397,21 @@ class MesosBackend:
             if task.agent_key == key:
                 for r, v in task.spec.resources.items():
                     total[r] = total.get(r, 0.0) + v
+        events = self._events
         if not info.resources:
+            if not any(v > 0 for v in total.values()):
+                return
             self._agents[key] = info = AgentInfo(key, info.hostname, total, info.attributes)
-            if any(v > 0 for v in total.values()):
-                self._events.agent_added(info)
+            self._outbox.append(functools.partial(events.agent_added, info))
             return
-        self._events.capacity_changed(key, total)
+        self._outbox.append(functools.partial(events.capacity_changed, key, total))
+
+    def _emit(self) -> None:
+        """Send the queued reports to the broker, outside the backend's lock."""
+        with self._lock:
+            outbox, self._outbox = self._outbox, []
+        for report in outbox:
+            report()
 
     def _lost(self, task_id: str, why: str) -> None:
         task = self._tasks.pop(task_id, None)
@@ -394,7 +428,7 @@ class MesosBackend:
     def _framework_info(self) -> dict:
         roles = list(self.options.roles)
         info: dict[str, Any] = {
-            "user": "",
+            "user": getpass.getuser(),
             "name": self.options.framework_name,
             "failover_timeout": self.options.failover_timeout,
             "checkpoint": True,
