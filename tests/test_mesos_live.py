@@ -75,3 +75,43 @@ def test_spark_executors_run_as_mesos_tasks(
         wait_for(lambda: not executor_processes(str(tmp_path)), 30, "executors to exit")
     calls = master.calls()
     assert all(c.status < 400 for c in calls), [c for c in calls if c.status >= 400]
+
+
+def test_faults_lose_no_work_and_launch_nothing_twice(tmp_path: Path, master: MesosMaster):
+    with mesos_broker(tmp_path, master, scheduler="drf") as service:
+        driver = Driver(
+            service.http_address, [str(HOSTS_JOB), "2", "160", "0.5"], workdir=tmp_path,
+            name="faults", group="pi", conf=PI_CONF,
+        )  # fmt: skip
+        running = lambda: master.tasks("TASK_RUNNING")  # noqa: E731
+        wait_for(lambda: len(running()) == 2, 120, "two executors running as Mesos tasks")
+        subscribes = lambda: len(master.calls("SUBSCRIBE"))  # noqa: E731
+
+        master.drop_stream()  # the broker re-subscribes with its framework id
+        wait_for(lambda: subscribes() == 2 and master.frameworks()[0].connected, 30,
+                 "re-subscription after a dropped stream")  # fmt: skip
+        master.fail_next_call("ACCEPT", 500)  # the next launch is refused by the master
+        victim = running()[0]
+        master.lose_agent(victim.agent_name)  # its executor is lost with it
+        wait_for(lambda: len(running()) == 2 and victim.task_id not in
+                 {t.task_id for t in running()}, 120, "a replacement executor")  # fmt: skip
+        old_id = master.master_id
+        master.fail_over()
+        wait_for(lambda: subscribes() == 3 and master.frameworks()[0].connected, 30,
+                 "re-subscription to the new master")  # fmt: skip
+        assert master.master_id != old_id
+        code, result = driver.wait(timeout=300)
+        assert code == 0, driver.output()
+        assert result["sum"] == sum(range(160))
+        assert service.broker.allocation().broker.backend == "mesos"  # still serving
+        wait_for(lambda: not executor_processes(str(tmp_path)), 30, "executors to exit")
+    launched = [
+        task["task_id"]["value"]
+        for call in master.calls("ACCEPT")
+        if call.status == 202
+        for op in call.body["accept"]["operations"]
+        for task in op["launch"]["task_infos"]
+    ]
+    assert len(launched) == len(set(launched)) >= 3  # two, then a replacement; no repeats
+    assert [c.status for c in master.calls() if c.status >= 400] == [500]
+    assert all(c.stream_id for c in master.calls() if c.type != "SUBSCRIBE")

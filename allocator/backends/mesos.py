@@ -219,28 +219,39 @@ class MesosBackend:
                 tasks = pending.pop(key, [])
                 if tasks:
                     operations = [{"type": "LAUNCH", "launch": {"task_infos": tasks}}]
-                    self._driver.acceptOffers(ids, operations, {"refuse_seconds": 1.0})
+                    if not self._call("acceptOffers", ids, operations, {"refuse_seconds": 1.0}):
+                        # Never launched: the executors are lost to the broker, and the offers,
+                        # still outstanding at the master, are handed back at once.
+                        for task in tasks:
+                            self._lost(task["task_id"]["value"], "ACCEPT refused by the master")
+                        self._call("declineOffer", ids, {"refuse_seconds": 0.0})
                 else:
-                    self._driver.declineOffer(
-                        ids, {"refuse_seconds": self.options.refuse_seconds}
-                    )
+                    self._call("declineOffer", ids, {"refuse_seconds": self.options.refuse_seconds})
                 self._report_capacity(key)
             for tasks in pending.values():  # offers gone (rescinded) before the accept
                 for task in tasks:
                     self._lost(task["task_id"]["value"], "offer no longer held")
             if not wants_more and not self._suppressed:
-                self._driver.suppressOffers()
-                self._suppressed = True
+                self._suppressed = self._call("suppressOffers")
             elif wants_more and self._suppressed:
-                self._driver.reviveOffers()
-                self._suppressed = False
+                self._suppressed = not self._call("reviveOffers")
         self._emit()
+
+    def _call(self, name: str, *args: Any) -> bool:
+        """A call to the master; an error answer is logged and reported as False, never
+        raised into the allocation loop."""
+        try:
+            getattr(self._driver, name)(*args)
+        except Exception as error:
+            log.error("Mesos call %s failed: %s", name, error)
+            return False
+        return True
 
     def kill(self, tenant_id: str, executor_id: str) -> None:
         with self._lock:
             task = self._tasks.get(f"{tenant_id}.{executor_id}")
             if task is not None:
-                self._driver.killTask({"value": f"{tenant_id}.{executor_id}"})
+                self._call("killTask", {"value": f"{tenant_id}.{executor_id}"})
 
     def adopt(self, spec: LaunchSpec, handle: str) -> bool:
         """After a broker restart: the task is assumed alive; reconciliation corrects it."""
@@ -342,7 +353,7 @@ class MesosBackend:
                     self._report_capacity(task.agent_key)
                 self._emit()
         if "uuid" in status:
-            driver.acknowledgeStatusUpdate(status)  # explicit acknowledgements
+            self._call("acknowledgeStatusUpdate", status)  # explicit acknowledgements
 
     @_guarded
     def slaveLost(self, driver: Any, agent_id: dict) -> None:
@@ -423,7 +434,7 @@ class MesosBackend:
     def _reconcile(self, driver: Any) -> None:
         with self._lock:
             tasks = [{"task_id": {"value": t}} for t in self._tasks]
-        driver.reconcileTasks(tasks)
+        self._call("reconcileTasks", tasks)
 
     def _framework_info(self) -> dict:
         roles = list(self.options.roles)
