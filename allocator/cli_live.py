@@ -139,10 +139,14 @@ def make_options(**kw) -> BrokerOptions:
     "--spark-home", default="/opt/spark", show_default=True,
     help="Where Spark is installed on the Mesos agents.",
 )
+@click.option(
+    "--spark-uri", default=None,
+    help="Instead of --spark-home: a Spark tarball URI the agents fetch and unpack.",
+)
 def serve(
     keep_executors: bool, log_level: str, backend: str, master: str | None,
     roles: tuple[str, ...], principal: str | None, secret_file: str | None,
-    failover_timeout: float, spark_home: str, **kw,
+    failover_timeout: float, spark_home: str, spark_uri: str | None, **kw,
 ) -> None:  # fmt: skip
     """Run the broker (embedded local cluster, or a Mesos framework) until interrupted."""
     from allocator.broker.server import BrokerService
@@ -163,7 +167,7 @@ def serve(
             MesosOptions(
                 master=master, roles=roles or ("*",), principal=principal,
                 secret=Path(secret_file).read_text().strip() if secret_file else None,
-                failover_timeout=failover_timeout, spark_home=spark_home,
+                failover_timeout=failover_timeout, spark_home=spark_home, spark_uri=spark_uri,
                 state_dir=options.state_dir,
             )
         )  # fmt: skip

@@ -5,6 +5,7 @@ updates, rescinds, agent loss, suppress/revive, and callbacks that never raise."
 from __future__ import annotations
 
 import shlex
+import time
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,57 @@ def test_a_restarted_broker_readopts_mesos_tasks_and_resubscribes(tmp_path: Path
     assert second.allocate_once() == 1
     assert launched(driver)[0]["task_id"]["value"] == "pi.3"
     second.stop(kill_executors=False)
+
+
+def test_a_spark_uri_is_fetched_into_the_sandbox(tmp_path: Path) -> None:
+    driver = RecordingDriver()
+    uri = "http://repo.example/spark-4.0.1-bin-hadoop3.tgz"
+    backend = MesosBackend(
+        MesosOptions(master="m:5050", spark_uri=uri, state_dir=tmp_path),
+        driver_factory=lambda *_: driver,
+    )
+    broker = Broker(backend, "drf")
+    broker.start(loop=False)
+    broker.register(tenant("pi", 2, 1024, target=1))
+    backend.resourceOffers(driver, [offer("o1", "a1", "h1", 8, 4096)])
+    broker.allocate_once()
+    (task,) = launched(driver)
+    assert task["command"]["uris"] == [{"value": uri, "extract": True}]
+    assert task["command"]["value"].startswith("cd spark-4*; ./bin/spark-class ")
+    broker.stop(kill_executors=False)
+
+
+def test_a_silent_master_is_reconnected(tmp_path: Path) -> None:
+    drivers: list[RecordingDriver] = []
+
+    def factory(*_):
+        drivers.append(RecordingDriver())
+        return drivers[-1]
+
+    backend = MesosBackend(
+        MesosOptions(master="m:5050", state_dir=tmp_path, heartbeat_timeout=0.4),
+        driver_factory=factory,
+    )
+    broker = Broker(backend, "drf")
+    broker.start(loop=False)
+    deadline = time.monotonic() + 5
+    while len(drivers) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(drivers) >= 2  # no heartbeat: the driver was stopped (failover) and restarted
+    assert drivers[0].named("stop") == [(True,)]
+    backend.stop(kill_executors=False)
+
+
+def test_heartbeats_keep_the_connection(tmp_path: Path) -> None:
+    drivers: list[RecordingDriver] = []
+    backend = MesosBackend(
+        MesosOptions(master="m:5050", state_dir=tmp_path, heartbeat_timeout=0.6),
+        driver_factory=lambda *_: drivers.append(RecordingDriver()) or drivers[-1],
+    )
+    broker = Broker(backend, "drf")
+    broker.start(loop=False)
+    for _ in range(20):
+        backend.processHeartBeat(drivers[0])
+        time.sleep(0.05)
+    assert len(drivers) == 1
+    backend.stop(kill_executors=False)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from spark_support import HOSTS_JOB, Driver, executor_processes, wait_for
 from allocator.backends.local import spark_home
 from allocator.backends.mesos import MesosBackend, MesosOptions
 from allocator.broker.server import BrokerOptions, BrokerService
+from allocator.policy import PAPER_SCHEDULERS
 
 PI_CONF = {
     "spark.executor.cores": "2",
@@ -50,20 +53,19 @@ def master(tmp_path: Path):
             os.killpg(pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize(
-    ("scheduler", "mode"), [("rpsdsf", "characterized"), ("drf", "oblivious")]
-)
+@pytest.mark.parametrize("mode", ["characterized", "oblivious"])
+@pytest.mark.parametrize("scheduler", PAPER_SCHEDULERS)
 def test_spark_executors_run_as_mesos_tasks(
     tmp_path: Path, master: MesosMaster, scheduler: str, mode: str
 ) -> None:
     with mesos_broker(tmp_path, master, scheduler=scheduler, mode=mode) as service:
         driver = Driver(
-            service.http_address, [str(HOSTS_JOB), "2", "8", "0.2"], workdir=tmp_path,
+            service.http_address, [str(HOSTS_JOB), "2", "4", "0.1"], workdir=tmp_path,
             name="pi", group="pi", conf=PI_CONF, oblivious=mode == "oblivious",
         )  # fmt: skip
         code, result = driver.wait(timeout=240)
         assert code == 0, driver.output()
-        assert result["sum"] == sum(range(8))
+        assert result["sum"] == sum(range(4))
         tasks = master.tasks()
         assert len(tasks) >= 2
         # every executor was a Mesos task whose resources are exactly the demand
@@ -115,3 +117,23 @@ def test_faults_lose_no_work_and_launch_nothing_twice(tmp_path: Path, master: Me
     assert len(launched) == len(set(launched)) >= 3  # two, then a replacement; no repeats
     assert [c.status for c in master.calls() if c.status >= 400] == [500]
     assert all(c.stream_id for c in master.calls() if c.type != "SUBSCRIBE")
+
+
+def test_status_shows_mesos_view_beside_the_brokers(tmp_path: Path, master: MesosMaster):
+    from allocator.backends.mesos_operator import MesosOperatorError, mesos_view
+
+    with mesos_broker(tmp_path, master) as service:
+        wait_for(lambda: len(service.broker.engine.agents) == 2, 30, "offers from both agents")
+        view = mesos_view(master.address)
+        assert {a["hostname"] for a in view.state["slaves"]} == {"127.0.3.1", "127.0.3.2"}
+        assert [f["name"] for f in view.state["frameworks"]] == ["fairbroker"]
+        done = subprocess.run(
+            [sys.executable, "-c", "from allocator.cli import main; main()", "status",
+             "--broker", service.grpc_address, "--master", master.address],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "mesos backend" in done.stdout and "Mesos master" in done.stdout
+        assert "127.0.3.1" in done.stdout and "fairbroker" in done.stdout
+    with pytest.raises(MesosOperatorError, match="cannot reach"):
+        mesos_view("127.0.0.1:1")

@@ -80,6 +80,8 @@ class MesosOptions:
     failover_timeout: float = 7 * 24 * 3600.0
     framework_name: str = "fairbroker"
     spark_home: str = "/opt/spark"  # where Spark is on the agents
+    spark_uri: str | None = None  # or a Spark tarball the agents fetch into the sandbox
+    heartbeat_timeout: float = MISSED_HEARTBEATS * HEARTBEAT_SECONDS
     refuse_seconds: float = 5.0
     state_dir: Path = Path(".fairbroker")
     extra: dict[str, Any] = field(default_factory=dict)
@@ -176,7 +178,7 @@ class MesosBackend:
     ) -> dict:
         """The TaskInfo of one executor: its resources are exactly the broker's demand."""
         command = [
-            f"{self.options.spark_home}/bin/spark-class", EXECUTOR_CLASS,
+            self._spark_class(), EXECUTOR_CLASS,
             "--driver-url", spec.driver_url, "--executor-id", spec.executor_id,
             "--hostname", hostname, "--cores", str(spec.cores), "--app-id", spec.app_id,
             "--resourceProfileId", str(spec.resource_profile_id),
@@ -188,6 +190,14 @@ class MesosBackend:
             for name, value in sorted(spec.resources.items())
             if value > 0
         ]
+        value = shlex.join(command)
+        uris = []
+        if self.options.spark_uri:
+            # as Spark's own Mesos backend does: the tarball unpacks to <basename>*/ in the
+            # sandbox, and the executor starts from there
+            uris = [{"value": self.options.spark_uri, "extract": True}]
+            basename = self.options.spark_uri.rstrip("/").split("/")[-1].split(".")[0]
+            value = f"cd {shlex.quote(basename)}*; {value}"
         return {
             "name": f"fairbroker {spec.tenant_id} executor {spec.executor_id}",
             "task_id": {"value": task_id},
@@ -195,7 +205,8 @@ class MesosBackend:
             "resources": resources,
             "command": {
                 "shell": True,
-                "value": shlex.join(command),
+                "value": value,
+                **({"uris": uris} if uris else {}),
                 "environment": {
                     "variables": [
                         {"name": k, "value": v} for k, v in sorted(environment.items())
@@ -203,6 +214,11 @@ class MesosBackend:
                 },
             },
         }
+
+    def _spark_class(self) -> str:
+        if self.options.spark_uri:
+            return "./bin/spark-class"
+        return f"{self.options.spark_home}/bin/spark-class"
 
     def flush(self, wants_more: bool = True) -> None:
         """Accept the offers of agents that got launches, decline the rest; suppress when
@@ -459,8 +475,8 @@ class MesosBackend:
 
     def _watch(self) -> None:
         """pymesos does not notice a silent master: reconnect after missed heartbeats."""
-        limit = MISSED_HEARTBEATS * HEARTBEAT_SECONDS
-        while not self._stop.wait(1.0):
+        limit = self.options.heartbeat_timeout
+        while not self._stop.wait(min(1.0, limit / 4)):
             if time.monotonic() - self._last_heartbeat > limit:
                 log.warning("no heartbeat from the Mesos master for %.0f s; reconnecting", limit)
                 try:
