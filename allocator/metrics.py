@@ -62,6 +62,7 @@ class Reading:
     grants: dict[str, int] = field(default_factory=dict)  # tenant -> executors launched
     kills: dict[str, int] = field(default_factory=dict)  # tenant -> executors killed
     kills_total: int = 0
+    offers: dict[str, int] | None = None  # Mesos backend: held, received, accepted, ...
 
 
 def broker_reading(broker: Broker) -> Reading:
@@ -73,6 +74,7 @@ def broker_reading(broker: Broker) -> Reading:
         grants={t.tenant_id: t.grants for t in tenants},
         kills={t.tenant_id: t.kills for t in tenants},
         kills_total=broker.kills_total,
+        offers=broker.backend.offer_stats() if hasattr(broker.backend, "offer_stats") else None,
     )
 
 
@@ -162,6 +164,11 @@ SPECS: dict[str, Spec] = {
     ),
     "fairbroker_allocation_runs": _counter((), "Allocation runs."),
     "fairbroker_executor_kills": _counter((), "Executors killed at tenants' requests."),
+    "fairbroker_mesos_offers_held": _gauge((), "Mesos offers the broker holds now."),
+    "fairbroker_mesos_offers": _counter(
+        ("outcome",), "Mesos offers by what became of them: received, accepted, declined, "
+        "rescinded (Mesos backend only)."
+    ),
 }
 
 
@@ -270,6 +277,10 @@ def _cluster(out: _Families, frame: AllocationFrame, usage: GroupUsage, reading:
     out.add("fairbroker_grants", [], info.grants_total)
     out.add("fairbroker_allocation_runs", [], info.runs_total)
     out.add("fairbroker_executor_kills", [], reading.kills_total)
+    if reading.offers is not None:
+        out.add("fairbroker_mesos_offers_held", [], reading.offers["held"])
+        for outcome in ("received", "accepted", "declined", "rescinded"):
+            out.add("fairbroker_mesos_offers", [outcome], reading.offers[outcome])
 
 
 class BrokerMetrics:

@@ -72,6 +72,16 @@ def setup(tmp_path: Path):
     broker.stop(kill_executors=False)
 
 
+def _scrape(broker: Broker) -> str:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from allocator.metrics import AllocationCollector, broker_reading
+
+    registry = CollectorRegistry()
+    registry.register(AllocationCollector(lambda: broker_reading(broker)))
+    return generate_latest(registry).decode()
+
+
 def launched(driver: RecordingDriver) -> list[dict]:
     return [
         task
@@ -160,6 +170,12 @@ def test_rescinded_offers_and_lost_agents(setup) -> None:
     backend.offerRescinded(driver, {"value": "o2"})
     assert broker.allocate_once() == 0  # the rescinded offer is not used
     assert [ids for ids, *_ in driver.named("acceptOffers")] == [[{"value": "o1"}]]
+    assert backend.offer_stats() == {
+        "held": 0, "received": 2, "accepted": 1, "declined": 0, "rescinded": 1
+    }  # fmt: skip
+    scraped = _scrape(broker)
+    assert 'fairbroker_mesos_offers_total{outcome="rescinded"} 1.0' in scraped
+    assert "fairbroker_mesos_offers_held 0.0" in scraped
     backend.slaveLost(driver, {"value": "a1"})
     assert broker.engine.tasks_of("pi") == 0 and "a1" not in broker.engine.agents
     assert broker.tenants["pi"].executors == {}

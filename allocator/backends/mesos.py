@@ -140,6 +140,7 @@ class MesosBackend:
         self._agents: dict[str, AgentInfo] = {}  # engine agent key -> info
         self._suppressed = False
         self._outbox: list[Callable[[], None]] = []
+        self._offer_counts = dict.fromkeys(("received", "accepted", "declined", "rescinded"), 0)
         self._last_heartbeat = time.monotonic()
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
@@ -154,6 +155,11 @@ class MesosBackend:
 
     def agents(self) -> list[AgentInfo]:
         return []  # they arrive with offers
+
+    def offer_stats(self) -> dict[str, int]:
+        """Offers held now and counted by outcome (for the metrics)."""
+        with self._lock:
+            return {"held": len(self._offers), **self._offer_counts}
 
     def tenant_constraints(self, group: str) -> dict[str, str]:
         """With several roles, a tenant runs in offers of its group's role (else the first)."""
@@ -235,7 +241,9 @@ class MesosBackend:
                 tasks = pending.pop(key, [])
                 if tasks:
                     operations = [{"type": "LAUNCH", "launch": {"task_infos": tasks}}]
-                    if not self._call("acceptOffers", ids, operations, {"refuse_seconds": 1.0}):
+                    accepted = self._call("acceptOffers", ids, operations, {"refuse_seconds": 1.0})
+                    self._offer_counts["accepted" if accepted else "declined"] += len(ids)
+                    if not accepted:
                         # Never launched: the executors are lost to the broker, and the offers,
                         # still outstanding at the master, are handed back at once.
                         for task in tasks:
@@ -243,6 +251,7 @@ class MesosBackend:
                         self._call("declineOffer", ids, {"refuse_seconds": 0.0})
                 else:
                     self._call("declineOffer", ids, {"refuse_seconds": self.options.refuse_seconds})
+                    self._offer_counts["declined"] += len(ids)
                 self._report_capacity(key)
             for tasks in pending.values():  # offers gone (rescinded) before the accept
                 for task in tasks:
@@ -327,6 +336,7 @@ class MesosBackend:
                     attributes=attributes(raw),
                 )
                 self._offers[offer.offer_id] = offer
+                self._offer_counts["received"] += 1
                 key = self._key(offer)
                 if key not in self._agents:
                     attrs = dict(offer.attributes)
@@ -341,6 +351,7 @@ class MesosBackend:
         with self._lock:
             offer = self._offers.pop(offer_id["value"], None)
             if offer is not None:
+                self._offer_counts["rescinded"] += 1
                 self._report_capacity(self._key(offer))
         self._emit()
 
