@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -126,6 +127,15 @@ class TenantHttpServer(ThreadingHTTPServer):
         self.token = token
         self._observer = observer
         self._thread: threading.Thread | None = None
+
+    def handle_error(self, request: object, client_address: tuple) -> None:
+        """A client that hangs up before its answer (a driver stopping with a short timeout)
+        is routine; anything else is logged, never printed as a bare traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (BrokenPipeError, ConnectionResetError)):
+            log.debug("client %s went away before its answer", client_address)
+        else:
+            log.exception("HTTP request from %s failed", client_address)
 
     @property
     def port(self) -> int:
