@@ -43,3 +43,11 @@ def run_fairbroker(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
     )
+
+
+@pytest.fixture(autouse=True)
+def _stop_spark_drivers():
+    """No Spark driver a test started outlives it, even when the test fails early."""
+    yield
+    if "spark_support" in sys.modules:
+        sys.modules["spark_support"].kill_all_drivers()

@@ -53,7 +53,12 @@ def wait_for(check: Callable[[], object], timeout: float, what: str, every: floa
 
 
 class Driver:
-    """A Spark driver (spark-submit) running through the broker as a subprocess."""
+    """A Spark driver (spark-submit) running through the broker as a subprocess.
+
+    Every driver started is remembered until it is killed, so a test that fails before
+    waiting for its driver does not leak it (`kill_all_drivers`, run after every test)."""
+
+    started: set[Driver] = set()  # noqa: RUF012 (the registry is shared on purpose)
 
     def __init__(
         self,
@@ -86,6 +91,7 @@ class Driver:
             start_new_session=True,
             cwd=workdir,
         )
+        Driver.started.add(self)
 
     def wait(self, timeout: float = 240) -> tuple[int, dict]:
         try:
@@ -104,6 +110,12 @@ class Driver:
                 os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
         self._out.close()
+        Driver.started.discard(self)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-3000:]
+
+
+def kill_all_drivers() -> None:
+    for driver in list(Driver.started):
+        driver.kill()
