@@ -41,20 +41,25 @@ def parse_scenario(data: Any) -> Cluster:
     return Cluster.from_spec(spec)
 
 
-def load_scenario(path: str | Path) -> Cluster:
-    """Read a YAML or JSON scenario file (JSON is valid YAML)."""
-    path = Path(path)
+def read_yaml(path: Path) -> Any:
+    """A YAML (or JSON) file's data; unreadable or malformed files are one-line errors."""
     try:
         text = path.read_text()
     except OSError as error:
         raise ScenarioError(f"{path}: cannot read ({error.strerror})") from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(error, "problem", None) or "malformed"
         raise ScenarioError(f"{path}: malformed YAML{where}: {problem}") from None
+
+
+def load_scenario(path: str | Path) -> Cluster:
+    """Read a YAML or JSON scenario file (JSON is valid YAML)."""
+    path = Path(path)
+    data = read_yaml(path)
     try:
         return parse_scenario(data)
     except ScenarioError as error:

@@ -13,13 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from allocator.backends.base import AgentInfo
 from allocator.errors import ScenarioError
 from allocator.model import AgentSpec
-from allocator.scenario import _first_error
+from allocator.scenario import _first_error, read_yaml
 
 DEFAULT_CLUSTER = Path(__file__).parents[1] / "data" / "local-cluster.yaml"
 
@@ -61,12 +60,7 @@ def agent_infos(agents: Sequence[AgentSpec]) -> list[AgentInfo]:
 
 def load_cluster_file(path: str | Path = DEFAULT_CLUSTER) -> list[AgentInfo]:
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise ScenarioError(f"{path}: cannot read ({error.strerror})") from None
-    except yaml.YAMLError as error:
-        raise ScenarioError(f"{path}: malformed YAML: {getattr(error, 'problem', error)}") from None
+    data = read_yaml(path)
     try:
         spec = LocalClusterSpec.model_validate(data)
     except ValidationError as error:

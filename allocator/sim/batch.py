@@ -30,12 +30,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from allocator.errors import FairbrokerError, ScenarioError
 from allocator.model import AgentSpec, _check_amounts
-from allocator.scenario import _first_error
+from allocator.scenario import _first_error, read_yaml
 from allocator.sim.jobs import JobModel
 
 
@@ -196,12 +195,7 @@ def parse_batch(data: Any) -> BatchSpec:
 
 def load_batch(path: str | Path) -> BatchSpec:
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise ScenarioError(f"{path}: cannot read ({error.strerror})") from None
-    except yaml.YAMLError as error:
-        raise ScenarioError(f"{path}: malformed YAML: {getattr(error, 'problem', error)}") from None
+    data = read_yaml(path)
     try:
         return parse_batch(data)
     except ScenarioError as error:

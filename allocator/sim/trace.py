@@ -29,12 +29,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from allocator.errors import ScenarioError
 from allocator.model import _check_amounts
-from allocator.scenario import _first_error
+from allocator.scenario import _first_error, read_yaml
 from allocator.sim.batch import TimedAgentSpec
 from allocator.sim.google import GoogleClusterSpec, GoogleWorkloadSpec, google_cluster, google_jobs
 from allocator.workloads import LARGEST_SERVER
@@ -612,19 +611,10 @@ def build_workload(spec: TraceSpec, base: Path = Path(".")) -> TraceWorkload:
 
 
 # ---- loading and dispatch -----------------------------------------------------------------
-def _read_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise ScenarioError(f"{path}: cannot read ({error.strerror})") from None
-    except yaml.YAMLError as error:
-        raise ScenarioError(f"{path}: malformed YAML: {getattr(error, 'problem', error)}") from None
-
-
 def scenario_kind(scenario: str | Path | dict) -> Literal["trace", "batch", "static"]:
     """Which simulator a scenario file is for: `kind: trace`, a job batch (`groups`), or a
     static fill (`frameworks`)."""
-    data = scenario if isinstance(scenario, dict) else _read_yaml(Path(scenario))
+    data = scenario if isinstance(scenario, dict) else read_yaml(Path(scenario))
     if isinstance(data, dict):
         if data.get("kind") == "trace":
             return "trace"
@@ -645,7 +635,7 @@ def parse_trace(data: Any, base: Path = Path(".")) -> TraceWorkload:
 
 def load_trace(path: str | Path) -> TraceWorkload:
     path = Path(path)
-    data = _read_yaml(path)
+    data = read_yaml(path)
     try:
         return parse_trace(data, path.parent)
     except TraceFileError:
