@@ -165,13 +165,17 @@ class Engine:
         self._dirty = True
 
     # ---- events ------------------------------------------------------------------------
-    def _vector(self, amounts: dict[str, float], what: str) -> np.ndarray:
+    def _vector(self, amounts: dict[str, float], what: str, positive: bool = True) -> np.ndarray:
+        """Amounts on the resource axis; `positive`: some amount must be above 0."""
         unknown = set(amounts) - set(self.resources)
         if unknown:
             raise EngineError(f"{what}: unknown resource {sorted(unknown)[0]!r}")
         vector = np.array([float(amounts.get(r, 0.0)) for r in self.resources])
-        if not np.isfinite(vector).all() or (vector < 0).any() or not (vector > 0).any():
+        valid = bool(np.isfinite(vector).all() and (vector >= 0).all())
+        if positive and not (valid and (vector > 0).any()):
             raise EngineError(f"{what}: must be finite, non-negative and positive somewhere")
+        if not valid:
+            raise EngineError(f"{what}: must be finite and non-negative")
         return vector
 
     def _resize(self) -> None:
@@ -217,12 +221,7 @@ class Engine:
         """What the allocator may use on an agent changed (a Mesos framework's offers plus
         its own running tasks); a rise is like a new offer and asks for a run."""
         self._agent(name)
-        unknown = set(capacity) - set(self.resources)
-        if unknown:
-            raise EngineError(f"agent {name!r}: unknown resource {sorted(unknown)[0]!r}")
-        vector = np.array([float(capacity.get(r, 0.0)) for r in self.resources])
-        if not np.isfinite(vector).all() or (vector < 0).any():
-            raise EngineError(f"agent {name!r}: capacity must be finite and non-negative")
+        vector = self._vector(capacity, f"agent {name!r} capacity", positive=False)
         slot = self._agent_slots.index[name]
         if (vector > self._capacity[slot]).any():
             self.run_now = True
