@@ -16,6 +16,7 @@ from spark_support import HOSTS_JOB, Driver, executor_processes, wait_for
 
 from allocator.backends.local import spark_home
 from allocator.backends.mesos import MesosBackend, MesosOptions
+from allocator.broker.proto import pb
 from allocator.broker.server import BrokerOptions, BrokerService
 from allocator.policy import PAPER_SCHEDULERS
 
@@ -123,6 +124,13 @@ def test_status_shows_mesos_view_beside_the_brokers(tmp_path: Path, master: Meso
     from allocator.backends.mesos_operator import MesosOperatorError, mesos_view
 
     with mesos_broker(tmp_path, master) as service:
+        # A tenant with pending demand that no agent holds: the broker keeps taking offers
+        # (and declining them) instead of suppressing them, so both agents show up.
+        service.broker.register(pb.RegisterRequest(
+            tenant_id="big", demand={"cpus": 16, "mem": 1024}, target=1,
+            launch=pb.ExecutorLaunch(driver_url="spark://CoarseGrainedScheduler@127.0.0.1:9",
+                                     app_id="big", cores=16, heap_mib=512),
+        ))  # fmt: skip
         wait_for(lambda: len(service.broker.engine.agents) == 2, 30, "offers from both agents")
         view = mesos_view(master.address)
         assert {a["hostname"] for a in view.state["slaves"]} == {"127.0.3.1", "127.0.3.2"}
