@@ -51,6 +51,7 @@ bench: install
 	$(PY) -m benchmarks.sim_claims
 	$(PY) -m benchmarks.bench_sim
 	$(PY) -m benchmarks.bench_broker
+	$(PY) -m benchmarks.bench_cli
 
 clean:
 	rm -rf $(VENV) $(VENV35) .pytest_cache .hypothesis

@@ -6,22 +6,21 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from tqdm import tqdm
 
-from allocator import table1 as table1_module
-from allocator.engine import Trigger
+from allocator.cli_types import (
+    choice_of,
+    mode_choice,
+    scheduler_choice,
+    selection_choice,
+    ties_choice,
+)
 from allocator.errors import FairbrokerError
-from allocator.policy import PAPER_SCHEDULERS, SCHEDULERS, Selection, Ties
-from allocator.policy.levels import Level
-from allocator.scenario import load_scenario
-from allocator.state import Mode
-from allocator.trials import FillSummary, run_trials
 
-
-def _choice(enum: type) -> click.Choice:
-    return click.Choice([e.value for e in enum], case_sensitive=False)
+if TYPE_CHECKING:
+    from allocator.trials import FillSummary
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -65,18 +64,18 @@ def _render_fill(summary: FillSummary) -> str:
 @click.option(
     "--scheduler",
     "-s",
-    type=click.Choice(list(SCHEDULERS), case_sensitive=False),
+    type=scheduler_choice(),
     required=True,
     help="Fairness criterion.",
 )
 @click.option(
     "--selection",
-    type=_choice(Selection),
+    type=selection_choice(),
     default=None,
     help="Server selection (default: the scheduler's, RRR or bestfit for BF-DRF).",
 )
-@click.option("--mode", type=_choice(Mode), default=Mode.CHARACTERIZED.value, show_default=True)
-@click.option("--ties", type=_choice(Ties), default=Ties.RANDOM.value, show_default=True)
+@click.option("--mode", type=mode_choice(), default="characterized", show_default=True)
+@click.option("--ties", type=ties_choice(), default="random", show_default=True)
 @click.option("--trials", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
@@ -97,6 +96,9 @@ def fill(
     as_json: bool,
 ) -> None:
     """Progressive filling of SCENARIO until no task fits anywhere, repeated TRIALS times."""
+    from allocator.scenario import load_scenario
+    from allocator.trials import run_trials
+
     cluster = load_scenario(scenario)
     summary = run_trials(
         cluster,
@@ -115,10 +117,12 @@ def fill(
 @cli.command()
 @click.option("--trials", type=click.IntRange(min=2), default=2000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--ties", type=_choice(Ties), default=Ties.RANDOM.value, show_default=True)
+@click.option("--ties", type=ties_choice(), default="random", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def table1(trials: int, seed: int, ties: str, as_json: bool) -> None:
     """Paper 002 Tables I and II beside ours, with the difference."""
+    from allocator import table1 as table1_module
+
     rows = table1_module.compare(trials, seed, ties, progress=not as_json and sys.stderr.isatty())
     if as_json:
         click.echo(
@@ -131,6 +135,8 @@ def table1(trials: int, seed: int, ties: str, as_json: bool) -> None:
 
 
 def _simulate(batch, name: str, mode: str, level: str, trigger: str, seed: int, quiet: bool):
+    from tqdm import tqdm
+
     from allocator.sim.simulator import BatchSimulator
 
     simulator = BatchSimulator(batch, name, mode, level=level, trigger=trigger, seed=seed)
@@ -152,22 +158,22 @@ def _simulate(batch, name: str, mode: str, level: str, trigger: str, seed: int, 
 @click.option(
     "--scheduler",
     "-s",
-    type=click.Choice(list(SCHEDULERS), case_sensitive=False),
+    type=scheduler_choice(),
     default="rpsdsf",
     show_default=True,
 )
-@click.option("--mode", type=_choice(Mode), default=Mode.CHARACTERIZED.value, show_default=True)
+@click.option("--mode", type=mode_choice(), default="characterized", show_default=True)
 @click.option(
     "--level",
-    type=_choice(Level),
-    default=Level.ROLE.value,
+    type=choice_of("allocator.policy.levels", "Level"),
+    default="role",
     show_default=True,
     help="role: groups first, then frameworks within (Mesos); framework: flat.",
 )
 @click.option(
     "--trigger",
-    type=_choice(Trigger),
-    default=Trigger.TICK.value,
+    type=choice_of("allocator.engine", "Trigger"),
+    default="tick",
     show_default=True,
     help="tick: freed resources wait for the next 1 s run (Mesos); release: at once.",
 )
@@ -202,10 +208,11 @@ def sim(
     series: str | None,
 ) -> None:
     """Simulate a job batch or a trace (SCENARIO) in virtual time through the online engine."""
+    from allocator.policy import PAPER_SCHEDULERS
     from allocator.sim.batch import load_batch
     from allocator.sim.bound import makespan_bound
-    from allocator.sim.plot import plot_runs
     from allocator.sim.trace import scenario_kind
+    from allocator.state import Mode
 
     if scenario_kind(scenario) == "trace":
         _simulate_trace(scenario, scheduler, mode, level, trigger, seed, compare, as_json, quiet)
@@ -216,6 +223,8 @@ def sim(
     runs = [(s, m) for s in PAPER_SCHEDULERS for m in Mode] if compare else [(scheduler, mode)]
     results = [_simulate(batch, s, m, level, trigger, seed, quiet) for s, m in runs]
     if plot:
+        from allocator.sim.plot import plot_runs
+
         plot_runs([(f"{r.scheduler}/{r.mode}", r.series) for r in results], plot, batch.name)
     if series:
         _write_series(series, results, compare)
@@ -266,7 +275,9 @@ def _simulate_trace(
     quiet: bool,
 ) -> None:
     """Trace scenarios (`kind: trace`): task-level workloads, see docs/traces.md."""
+    from allocator.policy import PAPER_SCHEDULERS
     from allocator.sim.trace import run_trace
+    from allocator.state import Mode
 
     runs = [(s, m) for s in PAPER_SCHEDULERS for m in Mode] if compare else [(scheduler, mode)]
     payloads = []
@@ -307,7 +318,14 @@ _add_live_commands()
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: user errors become one line on stderr and exit status 2."""
     try:
-        cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
+        cli.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="fairbroker",
+            standalone_mode=False,
+        )
+    except click.exceptions.NoArgsIsHelpError as bare:
+        click.echo(bare.ctx.get_help() if bare.ctx else "", err=True)
+        sys.exit(2)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
     except click.Abort:

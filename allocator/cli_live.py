@@ -7,23 +7,27 @@ import os
 import signal
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from allocator.broker.server import (
-    DEFAULT_GRPC_PORT,
-    DEFAULT_HTTP_PORT,
-    DEFAULT_METRICS_PORT,
-    BrokerOptions,
+from allocator.cli_types import (
+    LazyChoice,
+    mode_choice,
+    scheduler_choice,
+    selection_choice,
+    ties_choice,
 )
-from allocator.policy import SCHEDULERS, Selection, Ties
-from allocator.state import Mode
+from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
+
+if TYPE_CHECKING:
+    from allocator.broker.server import BrokerOptions
 
 TOKEN_ENV = "FAIRBROKER_TOKEN"
 
 
-def _choice(values) -> click.Choice:
-    return click.Choice([str(v) for v in values], case_sensitive=False)
+def _choice(values: list[str]) -> click.Choice:
+    return LazyChoice(lambda: values)
 
 
 def read_token(token: str | None, token_file: str | None) -> str | None:
@@ -38,18 +42,18 @@ def read_token(token: str | None, token_file: str | None) -> str | None:
 def policy_options(func):
     """--scheduler/--mode/--selection/--ties, shared by serve and batch."""
     func = click.option(
-        "--ties", type=_choice(Ties), default=Ties.RANDOM.value, show_default=True,
+        "--ties", type=ties_choice(), default="random", show_default=True,
         help="Tie rule among equally fair choices (waste: the agent left least unusable).",
     )(func)  # fmt: skip
     func = click.option(
-        "--selection", type=_choice(Selection), default=None,
+        "--selection", type=selection_choice(), default=None,
         help="Server selection (default: the scheduler's own).",
     )(func)  # fmt: skip
     func = click.option(
-        "--mode", type=_choice(Mode), default=Mode.CHARACTERIZED.value, show_default=True
+        "--mode", type=mode_choice(), default="characterized", show_default=True
     )(func)
     return click.option(
-        "--scheduler", type=_choice(SCHEDULERS), default="rpsdsf", show_default=True
+        "--scheduler", type=scheduler_choice(), default="rpsdsf", show_default=True
     )(func)
 
 
@@ -94,6 +98,8 @@ def broker_options(func):
 
 
 def make_options(**kw) -> BrokerOptions:
+    from allocator.broker.server import BrokerOptions
+
     options = BrokerOptions(
         scheduler=kw["scheduler"],
         mode=kw["mode"],
@@ -253,9 +259,9 @@ def status(broker: str, token: str | None, as_json: bool, master: str | None) ->
 @click.command()
 @click.option("--broker", default=f"127.0.0.1:{DEFAULT_GRPC_PORT}", show_default=True)
 @click.option("--token", envvar=TOKEN_ENV, default=None)
-@click.option("--scheduler", type=_choice(SCHEDULERS), default=None)
-@click.option("--mode", type=_choice(Mode), default=None)
-@click.option("--selection", type=_choice(Selection), default=None)
+@click.option("--scheduler", type=scheduler_choice(), default=None)
+@click.option("--mode", type=mode_choice(), default=None)
+@click.option("--selection", type=selection_choice(), default=None)
 def configure(
     broker: str, token: str | None, scheduler: str | None, mode: str | None, selection: str | None
 ) -> None:
@@ -303,7 +309,7 @@ def batch(
 
     from allocator.backends.cluster_file import agent_infos
     from allocator.batch import run_live_batch
-    from allocator.broker.server import BrokerService
+    from allocator.broker.server import BrokerOptions, BrokerService
     from allocator.sim.batch import load_batch
     from allocator.sim.series import write_series_csv
 

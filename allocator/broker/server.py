@@ -15,12 +15,11 @@ from allocator.broker.grpc_server import TenantGrpcServer
 from allocator.broker.http_server import TenantHttpServer
 from allocator.broker.store import Store
 from allocator.metrics import BrokerMetrics, MetricsServer
+from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HTTP_PORT = 7080  # the sparkbroker://HOST:PORT the Spark plugin talks to
-DEFAULT_GRPC_PORT = 7081
-DEFAULT_METRICS_PORT = 7082  # Prometheus /metrics (`fairbroker serve`; docs/metrics.md)
+__all__ = ["DEFAULT_GRPC_PORT", "DEFAULT_HTTP_PORT", "DEFAULT_METRICS_PORT", "BrokerService"]
 
 
 @dataclass

@@ -1,0 +1,74 @@
+"""Click parameter types shared by the commands: choices loaded on first use, with
+"did you mean ...?" for typos.
+
+The choice lists live in modules that import numpy and pydantic; loading them only when a
+command's options are parsed keeps `fairbroker --help` and shell completion fast.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Iterable
+
+import click
+
+
+def did_you_mean(value: str, known: Iterable[str]) -> str:
+    """' (did you mean X?)' for the closest known name, or ''."""
+    close = difflib.get_close_matches(str(value).lower(), [str(k) for k in known], n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+class LazyChoice(click.Choice):
+    """A case-insensitive click.Choice whose values come from `load()` when first needed."""
+
+    def __init__(self, load: Callable[[], Iterable[str]]) -> None:
+        self._load = load
+        self._values: tuple[str, ...] | None = None
+        self.case_sensitive = False
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        if self._values is None:
+            self._values = tuple(str(v) for v in self._load())
+        return self._values
+
+    @choices.setter
+    def choices(self, values: Iterable[str]) -> None:
+        self._values = tuple(values)
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None):
+        if ctx is not None and ctx.resilient_parsing:
+            return value  # shell completion: do not load the choices to complete other words
+        return super().convert(value, param, ctx)
+
+    def get_invalid_choice_message(self, value: object, ctx: click.Context | None) -> str:
+        known = ", ".join(self.choices)
+        return f"{value!r} is not one of {known}{did_you_mean(str(value), self.choices)}"
+
+
+def choice_of(module: str, name: str) -> LazyChoice:
+    """Choices from `module.name`: an enum's values or a mapping's keys, imported lazily."""
+
+    def load() -> list[str]:
+        source = getattr(importlib.import_module(module), name)
+        return [str(getattr(item, "value", item)) for item in source]
+
+    return LazyChoice(load)
+
+
+def scheduler_choice() -> LazyChoice:
+    return choice_of("allocator.policy", "SCHEDULERS")
+
+
+def mode_choice() -> LazyChoice:
+    return choice_of("allocator.state", "Mode")
+
+
+def selection_choice() -> LazyChoice:
+    return choice_of("allocator.policy", "Selection")
+
+
+def ties_choice() -> LazyChoice:
+    return choice_of("allocator.policy", "Ties")
