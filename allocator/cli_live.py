@@ -6,6 +6,7 @@ import logging
 import os
 import signal
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -118,6 +119,20 @@ def make_options(**kw) -> BrokerOptions:
     return options
 
 
+def executor_env_options(func):
+    """What tenants may put in their executors' environment (docs/security.md)."""
+    func = click.option(
+        "--executor-python", multiple=True, metavar="PATH",
+        help="Approve an interpreter for PYSPARK_PYTHON (repeat; default: this Python, "
+        "python3, python).",
+    )(func)  # fmt: skip
+    return click.option(
+        "--executor-env", multiple=True, metavar="NAME",
+        help="Let tenants set this variable in their executors (repeat; beyond "
+        "SPARK_EXECUTOR_OPTS, PYSPARK_PYTHON, SPARK_USER, PYTHONHASHSEED).",
+    )(func)  # fmt: skip
+
+
 @click.command()
 @policy_options
 @broker_options
@@ -149,10 +164,12 @@ def make_options(**kw) -> BrokerOptions:
     "--spark-uri", default=None,
     help="Instead of --spark-home: a Spark tarball URI the agents fetch and unpack.",
 )
+@executor_env_options
 def serve(
     keep_executors: bool, log_level: str, backend: str, master: str | None,
     roles: tuple[str, ...], principal: str | None, secret_file: str | None,
-    failover_timeout: float, spark_home: str, spark_uri: str | None, **kw,
+    failover_timeout: float, spark_home: str, spark_uri: str | None,
+    executor_env: tuple[str, ...], executor_python: tuple[str, ...], **kw,
 ) -> None:  # fmt: skip
     """Run the broker (embedded local cluster, or a Mesos framework) until interrupted."""
     from allocator.broker.server import BrokerService
@@ -161,6 +178,13 @@ def serve(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     options = make_options(**kw)
+    from allocator.backends.executor import ExecutorEnvPolicy
+
+    try:
+        env = ExecutorEnvPolicy.of_operator(executor_env, executor_python)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--executor-env") from None
+    options.limits = replace(options.limits, executor_env=env)
     cluster = None
     if backend == "mesos":
         from allocator.backends.mesos import MesosBackend, MesosOptions
@@ -174,7 +198,7 @@ def serve(
                 master=master, roles=roles or ("*",), principal=principal,
                 secret=Path(secret_file).read_text().strip() if secret_file else None,
                 failover_timeout=failover_timeout, spark_home=spark_home, spark_uri=spark_uri,
-                state_dir=options.state_dir,
+                state_dir=options.state_dir, executor_env=options.limits.executor_env,
             )
         )  # fmt: skip
     elif master or roles or principal:

@@ -25,11 +25,11 @@ from allocator.backends.base import (
     LaunchSpec,
     TaskStatus,
 )
+from allocator.backends.executor import ExecutorEnvPolicy, executor_launch
 from allocator.errors import FairbrokerError
 
 log = logging.getLogger(__name__)
 
-EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 REGISTERED_MARK = b"Successfully registered with driver"
 POLL_SECONDS = 0.2
 KILL_GRACE_SECONDS = 5.0
@@ -44,20 +44,6 @@ def spark_home() -> Path:
     except ImportError:
         raise FairbrokerError("pyspark is not installed and SPARK_HOME is not set") from None
     return Path(pyspark.__file__).parent
-
-
-def executor_command(spec: LaunchSpec, hostname: str, home: Path) -> list[str]:
-    """The command Spark's own Mesos backend gives its executors."""
-    return [
-        str(home / "bin" / "spark-class"),
-        EXECUTOR_CLASS,
-        "--driver-url", spec.driver_url,
-        "--executor-id", spec.executor_id,
-        "--hostname", hostname,
-        "--cores", str(spec.cores),
-        "--app-id", spec.app_id,
-        "--resourceProfileId", str(spec.resource_profile_id),
-    ]  # fmt: skip
 
 
 @dataclass
@@ -96,13 +82,20 @@ class LocalCluster:
 
     name = "local"
 
-    def __init__(self, agents: list[AgentInfo], workdir: Path, home: Path | None = None) -> None:
+    def __init__(
+        self,
+        agents: list[AgentInfo],
+        workdir: Path,
+        home: Path | None = None,
+        env_policy: ExecutorEnvPolicy | None = None,
+    ) -> None:
         if not agents:
             raise FairbrokerError("local cluster: no agents")
         self._agents = list(agents)
         self._hosts = {a.name: a.hostname for a in agents}
         self.workdir = Path(workdir)
         self.home = home or spark_home()
+        self.env_policy = env_policy or ExecutorEnvPolicy()
         self._procs: dict[tuple[str, str], _Process] = {}
         self._lock = threading.Lock()
         self._events: BackendEvents | None = None
@@ -128,21 +121,23 @@ class LocalCluster:
             raise FairbrokerError(
                 f"executor heap {spec.heap_mib} MiB exceeds its accounted memory {accounted} MiB"
             )
+        hostname = self._hosts[spec.agent]
+        command = executor_launch(
+            spec,
+            spark_class=str(self.home / "bin" / "spark-class"),
+            hostname=hostname,
+            policy=self.env_policy,
+            inherited=os.environ,
+            backend_env={"SPARK_LOCAL_IP": hostname, "SPARK_HOME": str(self.home)},
+        )
         directory = self.workdir / spec.agent / spec.tenant_id / f"executor-{spec.executor_id}"
         directory.mkdir(parents=True, exist_ok=True)
-        env = {
-            **os.environ,
-            **spec.environment,
-            "SPARK_EXECUTOR_MEMORY": f"{spec.heap_mib}m",
-            "SPARK_LOCAL_IP": self._hosts[spec.agent],
-            "SPARK_HOME": str(self.home),
-        }
         log_path = directory / "stderr"
         with open(directory / "stdout", "wb") as out, open(log_path, "wb") as err:
             popen = subprocess.Popen(
-                executor_command(spec, self._hosts[spec.agent], self.home),
+                command.argv,
                 cwd=directory,
-                env=env,
+                env=command.environment,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,

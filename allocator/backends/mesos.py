@@ -33,7 +33,7 @@ from allocator.backends.base import (
     LaunchSpec,
     TaskStatus,
 )
-from allocator.backends.local import EXECUTOR_CLASS
+from allocator.backends.executor import ExecutorEnvPolicy, executor_launch
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,7 @@ class MesosOptions:
     heartbeat_timeout: float = MISSED_HEARTBEATS * HEARTBEAT_SECONDS
     refuse_seconds: float = 5.0
     state_dir: Path = Path(".fairbroker")
+    executor_env: ExecutorEnvPolicy = field(default_factory=ExecutorEnvPolicy)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -183,20 +184,19 @@ class MesosBackend:
         self, spec: LaunchSpec, task_id: str, agent_id: str, hostname: str, role: str
     ) -> dict:
         """The TaskInfo of one executor: its resources are exactly the broker's demand."""
-        command = [
-            self._spark_class(), EXECUTOR_CLASS,
-            "--driver-url", spec.driver_url, "--executor-id", spec.executor_id,
-            "--hostname", hostname, "--cores", str(spec.cores), "--app-id", spec.app_id,
-            "--resourceProfileId", str(spec.resource_profile_id),
-        ]  # fmt: skip
-        environment = {**spec.environment, "SPARK_EXECUTOR_MEMORY": f"{spec.heap_mib}m"}
+        command = executor_launch(
+            spec,
+            spark_class=self._spark_class(),
+            hostname=hostname,
+            policy=self.options.executor_env,
+        )  # the agent provides the base environment, never the broker
         resources = [
             {"name": name, "type": "SCALAR", "scalar": {"value": round(value, 3)}}
             | ({"role": role} if role != "*" else {})
             for name, value in sorted(spec.resources.items())
             if value > 0
         ]
-        value = shlex.join(command)
+        value = shlex.join(command.argv)
         uris = []
         if self.options.spark_uri:
             # as Spark's own Mesos backend does: the tarball unpacks to <basename>*/ in the
@@ -215,7 +215,8 @@ class MesosBackend:
                 **({"uris": uris} if uris else {}),
                 "environment": {
                     "variables": [
-                        {"name": k, "value": v} for k, v in sorted(environment.items())
+                        {"name": k, "value": v}
+                        for k, v in sorted(command.environment.items())
                     ]
                 },
             },

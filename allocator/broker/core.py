@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from allocator.backends.base import AgentInfo, Backend, ExecutorState, LaunchSpec, TaskStatus
+from allocator.backends.executor import EnvironmentRefused, check_environment
+from allocator.broker.limits import Limits
 from allocator.broker.proto import pb
 from allocator.broker.snapshot import engine_allocation
 from allocator.broker.store import Store
@@ -87,8 +89,10 @@ class Broker:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         store: Store | None = None,
         tick_seconds: float = TICK_SECONDS,
+        limits: Limits | None = None,
     ) -> None:
         self.backend = backend
+        self.limits = limits or Limits()
         self.store = store or Store(None)
         self.lease_seconds = lease_seconds
         self.tick_seconds = tick_seconds
@@ -342,6 +346,10 @@ class Broker:
                 f"launch.heap_mib: must be positive and within demand.mem ({demand['mem']:g} "
                 f"MiB), got {launch.heap_mib}"
             )
+        try:
+            check_environment(launch.environment, self.limits.executor_env)
+        except EnvironmentRefused as error:
+            raise invalid(str(error)) from None
         return demand
 
     def _check_same(self, tenant: Tenant, request: pb.RegisterRequest) -> None:

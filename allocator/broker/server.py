@@ -13,6 +13,7 @@ from allocator.broker.api import RequestObserver
 from allocator.broker.core import DEFAULT_LEASE_SECONDS, TICK_SECONDS, Broker
 from allocator.broker.grpc_server import TenantGrpcServer
 from allocator.broker.http_server import TenantHttpServer
+from allocator.broker.limits import Limits
 from allocator.broker.store import Store
 from allocator.metrics import BrokerMetrics, MetricsServer
 from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
@@ -43,6 +44,7 @@ class BrokerOptions:
     agents: list[AgentInfo] | None = None  # overrides cluster_file
     observers: list[RequestObserver] = field(default_factory=list)
     metrics_port: int | None = None  # Prometheus /metrics on `host` (0: ephemeral; None: off)
+    limits: Limits = field(default_factory=Limits)
 
 
 class BrokerService:
@@ -53,7 +55,9 @@ class BrokerService:
         state_dir = Path(options.state_dir)
         if backend is None:
             agents = options.agents or load_cluster_file(options.cluster_file)
-            backend = LocalCluster(agents, state_dir / "agents")
+            backend = LocalCluster(
+                agents, state_dir / "agents", env_policy=options.limits.executor_env
+            )
         store = Store(state_dir / "broker.sqlite" if options.persist else None)
         self.broker = Broker(
             backend,
@@ -67,6 +71,7 @@ class BrokerService:
             lease_seconds=options.lease_seconds,
             store=store,
             tick_seconds=options.tick_seconds,
+            limits=options.limits,
         )
         self.metrics: BrokerMetrics | None = None
         self.metrics_server: MetricsServer | None = None
