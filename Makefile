@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV35 := .venv-spark35
 RUN_DIR ?= results/run
 
-.PHONY: install system-deps run test test-spark35 lint bench clean
+.PHONY: install system-deps mesos run test test-spark35 lint bench clean
 
 install: $(STAMP)
 
@@ -30,7 +30,16 @@ system-deps:
 	command -v prometheus >/dev/null || ($(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus)
 
-test: install system-deps
+# A real Apache Mesos 1.11.0 master and agents for tests/test_mesos_real.py, unpacked into
+# .mesos/ from the build the machine provides (../shared/mesos, or MESOS_HOME with install.sh;
+# its install.sh also installs the Debian libraries they need). Idempotent. Without a build
+# the real-master tests skip and say why.
+MESOS_INSTALL := $(firstword $(wildcard $(MESOS_HOME)/install.sh ../shared/mesos/install.sh))
+mesos:
+	$(if $(MESOS_INSTALL),$(MESOS_INSTALL) $(CURDIR)/.mesos >/dev/null,\
+		@echo "no Mesos build in ../shared/mesos or MESOS_HOME: the real-master tests will skip")
+
+test: install system-deps mesos
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q
 

@@ -1,0 +1,304 @@
+"""A real Apache Mesos 1.11.0 master and agents on loopback, for the real-master tests.
+
+`make mesos` unpacks the build the machine provides (`../shared/mesos/install.sh`, or
+`$MESOS_HOME/install.sh`) into `.mesos/` of the checkout; `$MESOS_HOME` may also point at
+an unpacked build (`bin/mesos-master`). Without one, `mesos_home()` is None and the
+tests that need it skip.
+
+    with RealMesos(load_cluster_file(), work_dir=tmp_path) as mesos:
+        mesos.address        # 127.0.0.1:PORT of the master
+        mesos.tasks("TASK_RUNNING"), mesos.kill_agent("t1-a"), mesos.restart_agent("t1-a")
+
+The master keeps a replicated-log registry in its work dir (a restart keeps agents and
+frameworks); each agent listens on its own 127.0.1.x address and free port with its own
+work and runtime dirs. Every process started here is stopped by pid at teardown, and so
+are the process groups of the executors the agents started (they outlive their agent).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from allocator.backends.base import AgentInfo
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+VERSION = "1.11.0"
+SKIP_REASON = (
+    "no Apache Mesos 1.11.0 build: `make mesos` installs it from ../shared/mesos "
+    "(or $MESOS_HOME/install.sh); or set MESOS_HOME to an unpacked build"
+)
+STOP_TIMEOUT_S = 10.0
+
+
+def mesos_home() -> Path | None:
+    """The directory holding bin/mesos-master, or None when this machine has none."""
+    candidates = []
+    if os.environ.get("MESOS_HOME"):
+        home = Path(os.environ["MESOS_HOME"])
+        candidates += [home, home / f"mesos-{VERSION}"]
+    candidates.append(CHECKOUT / ".mesos" / f"mesos-{VERSION}")
+    for home in candidates:
+        if os.access(home / "bin" / "mesos-master", os.X_OK):
+            return home
+    return None
+
+
+def free_port(ip: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((ip, 0))
+        return s.getsockname()[1]
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+
+
+def processes_under(root: Path) -> list[int]:
+    """Pids (not ours) whose working directory or command line lies under `root`."""
+    marker, mine = str(root), os.getpid()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == mine:
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if cwd.startswith(marker) or marker in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+@dataclass(frozen=True)
+class RealTask:
+    task_id: str
+    framework_id: str
+    agent_id: str
+    state: str
+    states: tuple[str, ...]
+    resources: dict[str, float]
+
+
+class RealMesos:
+    """A real master on 127.0.0.1 and one real agent per AgentInfo (name -> process)."""
+
+    def __init__(
+        self,
+        agents: Iterable[AgentInfo],
+        *,
+        work_dir: Path,
+        allocation_interval: float = 0.2,
+        agent_ping_timeout: float | None = None,
+        max_agent_ping_timeouts: int = 2,
+        master_flags: Iterable[str] = (),
+    ) -> None:
+        home = mesos_home()
+        if home is None:
+            raise RuntimeError(SKIP_REASON)
+        self.home = home
+        self.work_dir = Path(work_dir)
+        self.agent_specs = {a.name: a for a in agents}
+        self.port = free_port()
+        flags = [
+            f"--allocation_interval={allocation_interval}secs",
+            *master_flags,
+        ]
+        if agent_ping_timeout is not None:
+            flags += [
+                f"--agent_ping_timeout={agent_ping_timeout}secs",
+                f"--max_agent_ping_timeouts={max_agent_ping_timeouts}",
+            ]
+        self._master_flags = flags
+        self._master: subprocess.Popen | None = None
+        self._agents: dict[str, subprocess.Popen] = {}
+        self._agent_ports: dict[str, int] = {}
+        self._logs: list[Any] = []
+
+    # lifecycle -------------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+        log = open(self.work_dir / f"{name}.log", "ab")  # noqa: SIM115 (closed at stop)
+        self._logs.append(log)
+        return subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, cwd=self.work_dir,
+        )  # fmt: skip
+
+    def start_master(self) -> None:
+        self._master = self._spawn("master", [
+            str(self.home / "bin" / "mesos-master"), "--ip=127.0.0.1", "--hostname=127.0.0.1",
+            f"--port={self.port}", f"--work_dir={self.work_dir / 'master'}",
+            "--registry=replicated_log", "--quorum=1", *self._master_flags,
+        ])  # fmt: skip
+        wait_until(self._master_answers, 30, f"the Mesos master on {self.address} to answer")
+
+    def _master_answers(self) -> bool:
+        if self._master is not None and self._master.poll() is not None:
+            raise AssertionError(f"mesos-master exited: {self.log_tail('master')}")
+        try:
+            return requests.get(f"{self.url}/master/state", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def start_agent(self, name: str) -> None:
+        spec = self.agent_specs[name]
+        ip = spec.hostname
+        port = self._agent_ports.setdefault(name, free_port(ip))
+        resources = ";".join(f"{r}:{v:g}" for r, v in spec.resources.items())
+        attrs = ";".join(f"{k}:{v}" for k, v in spec.attributes.items())
+        base = self.work_dir / "agents" / name
+        self._agents[name] = self._spawn(f"agent-{name}", [
+            str(self.home / "bin" / "mesos-agent"), f"--master={self.address}",
+            f"--ip={ip}", f"--hostname={ip}", f"--port={port}",
+            f"--work_dir={base / 'work'}", f"--runtime_dir={base / 'run'}",
+            f"--resources={resources}", *([f"--attributes={attrs}"] if attrs else []),
+            "--launcher=posix", "--isolation=posix/cpu,posix/mem",
+            "--no-systemd_enable_support", "--containerizers=mesos",
+            f"--launcher_dir={self.home / 'bin'}", "--no-switch_user",
+        ])  # fmt: skip
+
+    def start(self) -> RealMesos:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.start_master()
+            for name in self.agent_specs:
+                self.start_agent(name)
+            self.wait_agents(set(self.agent_specs))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_agents(self, names: set[str], timeout: float = 60) -> None:
+        hosts = {self.agent_specs[n].hostname for n in names}
+        wait_until(
+            lambda: hosts <= {a["hostname"] for a in self.state()["slaves"] if a["active"]},
+            timeout, f"agents {sorted(names)} to be registered and active",
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        """Executors first (by process group: they outlive their agent), then every agent
+        and the master, each by pid; nothing under the work dir is left running."""
+        self._kill_groups(processes_under(self.work_dir / "agents"))
+        for process in [*self._agents.values(), self._master]:
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in [*self._agents.values(), self._master]:
+            if process is None:
+                continue
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(STOP_TIMEOUT_S)
+        self._kill_groups(processes_under(self.work_dir / "agents"))
+        for log in self._logs:
+            log.close()
+        self._logs.clear()
+
+    @staticmethod
+    def _kill_groups(pids: list[int]) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+
+    def __enter__(self) -> RealMesos:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # faults ----------------------------------------------------------------------------
+
+    def kill_agent(self, name: str) -> None:
+        """SIGKILL the agent process only: its executors keep running (as on a real crash
+        of the agent daemon)."""
+        process = self._agents[name]
+        process.kill()
+        process.wait(STOP_TIMEOUT_S)
+
+    def restart_agent(self, name: str) -> None:
+        """Start the agent again on the same address, port and work dir (same agent id)."""
+        if self._agents[name].poll() is None:
+            raise RuntimeError(f"agent {name} is still running")
+        self.start_agent(name)
+
+    def kill_master(self) -> None:
+        assert self._master is not None
+        self._master.kill()
+        self._master.wait(STOP_TIMEOUT_S)
+
+    def restart_master(self) -> None:
+        if self._master is not None and self._master.poll() is None:
+            self.kill_master()
+        self.start_master()
+
+    # introspection ---------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def state(self) -> dict:
+        answer = requests.get(f"{self.url}/master/state", timeout=10)
+        answer.raise_for_status()
+        return answer.json()
+
+    def metrics(self) -> dict[str, float]:
+        return requests.get(f"{self.url}/metrics/snapshot", timeout=10).json()
+
+    def agent_id(self, name: str) -> str | None:
+        host = self.agent_specs[name].hostname
+        ids = [a["id"] for a in self.state()["slaves"] if a["hostname"] == host]
+        return ids[0] if ids else None
+
+    def agent_name(self, agent_id: str) -> str:
+        hosts = {a["id"]: a["hostname"] for a in self.state()["slaves"]}
+        by_host = {spec.hostname: name for name, spec in self.agent_specs.items()}
+        return by_host[hosts[agent_id]]
+
+    def tasks(self, state: str | None = None) -> list[RealTask]:
+        out = []
+        snapshot = self.state()
+        for framework in [*snapshot["frameworks"], *snapshot.get("completed_frameworks", [])]:
+            for task in [*framework.get("tasks", []), *framework.get("completed_tasks", []),
+                         *framework.get("unreachable_tasks", [])]:  # fmt: skip
+                if state is not None and task["state"] != state:
+                    continue
+                out.append(RealTask(
+                    task["id"], task["framework_id"], task["slave_id"], task["state"],
+                    tuple(s["state"] for s in task.get("statuses", [])),
+                    {r: float(v) for r, v in task["resources"].items()
+                     if isinstance(v, int | float) and v > 0},
+                ))  # fmt: skip
+        return out
+
+    def frameworks(self) -> list[dict]:
+        return self.state()["frameworks"]
+
+    def log_tail(self, name: str, chars: int = 3000) -> str:
+        path = self.work_dir / f"{name}.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
