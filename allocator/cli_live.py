@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 import os
-import signal
-import threading
-from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -21,23 +16,11 @@ from allocator.cli_types import (
 )
 from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 
-if TYPE_CHECKING:
-    from allocator.broker.server import BrokerOptions
-
 TOKEN_ENV = "FAIRBROKER_TOKEN"
 
 
 def _choice(values: list[str]) -> click.Choice:
     return LazyChoice(lambda: values)
-
-
-def read_token(token: str | None, token_file: str | None) -> str | None:
-    if token_file:
-        text = Path(token_file).read_text().strip()
-        if not text:
-            raise click.BadParameter(f"{token_file} is empty", param_hint="--token-file")
-        return text
-    return token or None
 
 
 def policy_options(func):
@@ -58,67 +41,6 @@ def policy_options(func):
     )(func)
 
 
-def broker_options(func):
-    """Where the broker listens and keeps its state, shared by serve and batch."""
-    options = [
-        click.option("--host", default="127.0.0.1", show_default=True, help="Listen address."),
-        click.option(
-            "--port", "http_port", type=click.IntRange(0, 65535), default=DEFAULT_HTTP_PORT,
-            show_default=True, help="HTTP/JSON tenant API (the sparkbroker://HOST:PORT URL).",
-        ),
-        click.option(
-            "--grpc-port", type=click.IntRange(0, 65535), default=DEFAULT_GRPC_PORT,
-            show_default=True, help="gRPC tenant API.",
-        ),
-        click.option(
-            "--cluster", "cluster_file", type=click.Path(dir_okay=False), default=None,
-            help="Agents of the embedded cluster (YAML; default: the paper's six, memory/2).",
-        ),
-        click.option(
-            "--state-dir", type=click.Path(file_okay=False), default=".fairbroker",
-            show_default=True, help="Broker state (SQLite) and the agents' working directories.",
-        ),
-        click.option(
-            "--token", envvar=TOKEN_ENV, default=None,
-            help=f"Require this shared token on the tenant API (env {TOKEN_ENV}).",
-        ),
-        click.option("--token-file", type=click.Path(dir_okay=False, exists=True), default=None),
-        click.option(
-            "--lease", "lease_seconds", type=click.FloatRange(min=1), default=30.0,
-            show_default=True, help="Seconds a tenant may stay silent before it is dropped.",
-        ),
-        click.option(
-            "--metrics-port", type=click.IntRange(0, 65535), default=DEFAULT_METRICS_PORT,
-            show_default=True, help="Prometheus /metrics on --host (0: any free port).",
-        ),
-        click.option("--no-metrics", is_flag=True, help="Do not serve Prometheus metrics."),
-    ]  # fmt: skip
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def make_options(**kw) -> BrokerOptions:
-    from allocator.broker.server import BrokerOptions
-
-    options = BrokerOptions(
-        scheduler=kw["scheduler"],
-        mode=kw["mode"],
-        selection=kw["selection"],
-        ties=kw["ties"],
-        host=kw["host"],
-        http_port=kw["http_port"],
-        grpc_port=kw["grpc_port"],
-        token=read_token(kw["token"], kw["token_file"]),
-        lease_seconds=kw["lease_seconds"],
-        state_dir=Path(kw["state_dir"]),
-        metrics_port=None if kw["no_metrics"] else kw["metrics_port"],
-    )
-    if kw.get("cluster_file"):
-        options.cluster_file = Path(kw["cluster_file"])
-    return options
-
-
 def executor_env_options(func):
     """What tenants may put in their executors' environment (docs/security.md)."""
     func = click.option(
@@ -133,90 +55,139 @@ def executor_env_options(func):
     )(func)  # fmt: skip
 
 
+# Flag defaults for --help only (a flag not given never overrides the file or the
+# environment); tests check they equal ServeConfig's, which are the real ones.
+SERVE_DEFAULTS = {
+    "host": "127.0.0.1", "port": DEFAULT_HTTP_PORT, "grpc_port": DEFAULT_GRPC_PORT,
+    "metrics_port": DEFAULT_METRICS_PORT, "state_dir": ".fairbroker", "lease": 30.0,
+    "log_level": "info", "backend": "local", "failover_timeout": 7 * 24 * 3600.0,
+    "framework_name": "fairbroker", "spark_home": "/opt/spark",
+}  # fmt: skip
+
+
+def serve_options(func):
+    """serve's flags; each is a key of allocator.serve_config.ServeConfig (defaults there)."""
+    d = SERVE_DEFAULTS.get
+    port = click.IntRange(0, 65535)
+    options = [
+        click.option(
+            "--config", "config_file", type=click.Path(dir_okay=False), default=None,
+            help="YAML file of serve options (env FAIRBROKER_CONFIG); every option also has "
+            "an environment variable FAIRBROKER_<OPTION>. Precedence: flags > env > file.",
+        ),
+        click.option(
+            "--print-config", is_flag=True,
+            help="Print the effective configuration (secrets masked) and exit.",
+        ),
+        click.option("--host", default=d("host"), show_default=True, help="Listen address."),
+        click.option(
+            "--port", type=port, default=d("port"), show_default=True,
+            help="HTTP/JSON tenant API (the sparkbroker://HOST:PORT URL).",
+        ),
+        click.option("--grpc-port", type=port, default=d("grpc_port"), show_default=True,
+                     help="gRPC tenant API."),
+        click.option(
+            "--cluster", type=click.Path(dir_okay=False), default=None,
+            help="Agents of the embedded cluster (YAML; default: the paper's six, memory/2).",
+        ),
+        click.option(
+            "--state-dir", type=click.Path(file_okay=False), default=str(d("state_dir")),
+            show_default=True, help="Broker state (SQLite) and the agents' working directories.",
+        ),
+        click.option("--token", default=None,
+                     help=f"Require this shared token on the tenant API (env {TOKEN_ENV})."),
+        click.option("--token-file", type=click.Path(dir_okay=False), default=None),
+        click.option(
+            "--lease", type=click.FloatRange(min=1), default=d("lease"), show_default=True,
+            help="Seconds a tenant may stay silent before it is dropped.",
+        ),
+        click.option(
+            "--metrics-port", type=port, default=d("metrics_port"), show_default=True,
+            help="Prometheus /metrics on --host (0: any free port).",
+        ),
+        click.option("--metrics/--no-metrics", default=True, help="Serve Prometheus metrics."),
+        click.option(
+            "--teardown-on-exit/--no-teardown-on-exit", default=None,
+            help="On SIGTERM/SIGINT stop every executor (Mesos: tear the framework down). "
+            "Default: local backend yes, mesos no (fail over: tasks keep running and a "
+            "restarted broker re-adopts them).",
+        ),
+        click.option("--keep-executors", is_flag=True, hidden=True,
+                     help="Same as --no-teardown-on-exit."),
+        click.option("--log-level", type=_choice(["debug", "info", "warning"]),
+                     default=d("log_level"), show_default=True),
+        click.option(
+            "--backend", type=_choice(["local", "mesos"]), default=d("backend"),
+            show_default=True,
+            help="local: the embedded cluster; mesos: register as a framework with --master.",
+        ),
+        click.option("--master", default=None,
+                     help="Mesos master HOST:5050 or zk://HOST:2181/mesos."),
+        click.option(
+            "--role", "roles", multiple=True,
+            help="Mesos role(s) of the framework; repeat for several (a group runs in its own "
+            "role).",
+        ),
+        click.option("--principal", default=None, help="Mesos principal (HTTP basic auth)."),
+        click.option("--secret-file", type=click.Path(dir_okay=False), default=None),
+        click.option(
+            "--failover-timeout", type=click.FloatRange(min=0), default=d("failover_timeout"),
+            show_default=True,
+            help="Seconds Mesos keeps the framework's tasks while the broker is away.",
+        ),
+        click.option("--framework-name", default=d("framework_name"), show_default=True),
+        click.option(
+            "--user", default=None,
+            help="User the executors run as on the agents (default: the broker's user; root "
+            "is refused without --allow-root).",
+        ),
+        click.option("--allow-root", is_flag=True, help="Allow executors to run as root."),
+        click.option(
+            "--hostname", default=None,
+            help="Host name given to Mesos and used in webui_url (default: --host, or this "
+            "host's name when listening on all addresses).",
+        ),
+        click.option("--webui-url", default=None,
+                     help="Framework web UI link (default: the broker's allocation JSON)."),
+        click.option("--gpus", is_flag=True,
+                     help="Schedule GPUs: ask Mesos for GPU agents' offers (GPU_RESOURCES)."),
+        click.option("--spark-home", default=d("spark_home"), show_default=True,
+                     help="Where Spark is installed on the Mesos agents."),
+        click.option(
+            "--spark-uri", default=None,
+            help="Instead of --spark-home: a Spark tarball URI the agents fetch and unpack.",
+        ),
+    ]  # fmt: skip
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 @click.command()
 @policy_options
-@broker_options
-@click.option(
-    "--keep-executors", is_flag=True,
-    help="On exit leave executors running for a restarted broker to re-adopt.",
-)  # fmt: skip
-@click.option("--log-level", type=_choice(["debug", "info", "warning"]), default="info")
-@click.option(
-    "--backend", type=_choice(["local", "mesos"]), default="local", show_default=True,
-    help="local: the embedded cluster; mesos: register as a framework with --master.",
-)
-@click.option("--master", default=None, help="Mesos master HOST:5050 or zk://HOST:2181/mesos.")
-@click.option(
-    "--role", "roles", multiple=True,
-    help="Mesos role(s) of the framework; repeat for several (a group runs in its own role).",
-)
-@click.option("--principal", default=None, help="Mesos principal (HTTP basic auth).")
-@click.option("--secret-file", type=click.Path(dir_okay=False, exists=True), default=None)
-@click.option(
-    "--failover-timeout", type=click.FloatRange(min=0), default=7 * 24 * 3600.0,
-    show_default=True, help="Seconds Mesos keeps the framework's tasks while the broker is away.",
-)
-@click.option(
-    "--spark-home", default="/opt/spark", show_default=True,
-    help="Where Spark is installed on the Mesos agents.",
-)
-@click.option(
-    "--spark-uri", default=None,
-    help="Instead of --spark-home: a Spark tarball URI the agents fetch and unpack.",
-)
+@serve_options
 @executor_env_options
-def serve(
-    keep_executors: bool, log_level: str, backend: str, master: str | None,
-    roles: tuple[str, ...], principal: str | None, secret_file: str | None,
-    failover_timeout: float, spark_home: str, spark_uri: str | None,
-    executor_env: tuple[str, ...], executor_python: tuple[str, ...], **kw,
-) -> None:  # fmt: skip
-    """Run the broker (embedded local cluster, or a Mesos framework) until interrupted."""
-    from allocator.broker.server import BrokerService
+@click.pass_context
+def serve(ctx: click.Context, config_file: str | None, print_config: bool, **flags) -> None:
+    """Run the broker (embedded local cluster, or a Mesos framework) until SIGTERM/SIGINT."""
+    from click.core import ParameterSource
 
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    from allocator.serve import run
+    from allocator.serve_config import CONFIG_ENV, load_serve_config
+
+    given = {
+        key: value for key, value in flags.items()
+        if ctx.get_parameter_source(key) == ParameterSource.COMMANDLINE
+    }  # fmt: skip
+    if given.pop("keep_executors", False):
+        given["teardown_on_exit"] = False
+    config, sources = load_serve_config(
+        given, config_file or os.environ.get(CONFIG_ENV) or None, os.environ
     )
-    options = make_options(**kw)
-    from allocator.backends.executor import ExecutorEnvPolicy
-
-    try:
-        env = ExecutorEnvPolicy.of_operator(executor_env, executor_python)
-    except ValueError as error:
-        raise click.BadParameter(str(error), param_hint="--executor-env") from None
-    options.limits = replace(options.limits, executor_env=env)
-    cluster = None
-    if backend == "mesos":
-        from allocator.backends.mesos import MesosBackend, MesosOptions
-
-        if not master:
-            raise click.UsageError("--backend mesos needs --master HOST:5050 or zk://...")
-        if bool(principal) != bool(secret_file):
-            raise click.UsageError("--principal and --secret-file go together")
-        cluster = MesosBackend(
-            MesosOptions(
-                master=master, roles=roles or ("*",), principal=principal,
-                secret=Path(secret_file).read_text().strip() if secret_file else None,
-                failover_timeout=failover_timeout, spark_home=spark_home, spark_uri=spark_uri,
-                state_dir=options.state_dir, executor_env=options.limits.executor_env,
-            )
-        )  # fmt: skip
-    elif master or roles or principal:
-        raise click.UsageError("--master, --role and --principal need --backend mesos")
-    service = BrokerService(options, backend=cluster)
-    done = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
-    service.start()
-    metrics = f"http://{service.metrics_address}/metrics" if service.metrics_address else "off"
-    click.echo(
-        f"fairbroker: serving on http://{service.http_address} (Spark master "
-        f"sparkbroker://{service.http_address}), gRPC {service.grpc_address}, metrics "
-        f"{metrics}; pid {os.getpid()}",
-        err=True,
-    )
-    done.wait()
-    service.stop(kill_executors=not keep_executors)
+    if print_config:
+        click.echo(config.render(sources))
+        return
+    run(config)
 
 
 def _client(broker: str, token: str | None):

@@ -79,6 +79,10 @@ class MesosOptions:
     secret: str | None = None
     failover_timeout: float = 7 * 24 * 3600.0
     framework_name: str = "fairbroker"
+    user: str | None = None  # the user tasks run as (default: the broker's own)
+    hostname: str | None = None
+    webui_url: str | None = None
+    gpus: bool = False  # GPU_RESOURCES: without it Mesos never offers GPU agents
     spark_home: str = "/opt/spark"  # where Spark is on the agents
     spark_uri: str | None = None  # or a Spark tarball the agents fetch into the sandbox
     heartbeat_timeout: float = MISSED_HEARTBEATS * HEARTBEAT_SECONDS
@@ -293,8 +297,11 @@ class MesosBackend:
             with self._lock:
                 for task_id in list(self._tasks):
                     self._driver.killTask({"value": task_id})
-        # failover=True keeps the framework (and its tasks) for a restarted broker
+        # failover=True keeps the framework (and its tasks) for a restarted broker; a torn
+        # down framework's id cannot subscribe again, so it is forgotten
         self._driver.stop(failover=not kill_executors)
+        if kill_executors:
+            self._framework_file().unlink(missing_ok=True)
 
     # ---- pymesos scheduler callbacks ---------------------------------------------------
     @_guarded
@@ -467,13 +474,17 @@ class MesosBackend:
     def _framework_info(self) -> dict:
         roles = list(self.options.roles)
         info: dict[str, Any] = {
-            "user": getpass.getuser(),
+            "user": self.options.user or getpass.getuser(),
             "name": self.options.framework_name,
             "failover_timeout": self.options.failover_timeout,
             "checkpoint": True,
-            "capabilities": [{"type": "MULTI_ROLE"}],
+            "capabilities": [{"type": "MULTI_ROLE"}]
+            + ([{"type": "GPU_RESOURCES"}] if self.options.gpus else []),
             "roles": roles,
         }
+        for key in ("hostname", "webui_url"):
+            if getattr(self.options, key):
+                info[key] = getattr(self.options, key)
         if self.options.principal:
             info["principal"] = self.options.principal
         if self.framework_id:

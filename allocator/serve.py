@@ -1,0 +1,86 @@
+"""Running `fairbroker serve` from a validated `ServeConfig` until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from dataclasses import replace
+
+import click
+
+from allocator.backends.base import Backend
+from allocator.broker.server import BrokerOptions, BrokerService
+from allocator.serve_config import ConfigError, ServeConfig
+
+
+def broker_options(config: ServeConfig) -> BrokerOptions:
+    options = BrokerOptions(
+        scheduler=config.scheduler.lower(),
+        mode=config.mode.value,
+        selection=config.selection.value if config.selection else None,
+        ties=config.ties.value,
+        host=config.host,
+        http_port=config.port,
+        grpc_port=config.grpc_port,
+        token=config.read_token(),
+        lease_seconds=config.lease,
+        state_dir=config.state_dir,
+        metrics_port=config.metrics_port if config.metrics else None,
+    )
+    if config.cluster is not None:
+        options.cluster_file = config.cluster
+    from allocator.backends.executor import ExecutorEnvPolicy
+
+    try:
+        env = ExecutorEnvPolicy.of_operator(config.executor_env, config.executor_python)
+    except ValueError as error:
+        raise ConfigError(f"executor_env: {error}") from None
+    options.limits = replace(options.limits, executor_env=env)
+    return options
+
+
+def mesos_backend(config: ServeConfig, options: BrokerOptions) -> Backend:
+    from allocator.backends.mesos import MesosBackend, MesosOptions
+
+    return MesosBackend(
+        MesosOptions(
+            master=config.master or "", roles=config.roles, principal=config.principal,
+            secret=config.read_mesos_secret(), failover_timeout=config.failover_timeout,
+            framework_name=config.framework_name, user=config.task_user,
+            hostname=config.hostname, webui_url=config.effective_webui_url, gpus=config.gpus,
+            spark_home=config.spark_home, spark_uri=config.spark_uri, state_dir=config.state_dir,
+            executor_env=options.limits.executor_env,
+        )
+    )  # fmt: skip
+
+
+def run(config: ServeConfig) -> None:
+    """Serve until SIGTERM/SIGINT, then stop: with `config.teardown` every executor is
+    stopped (Mesos: the framework is torn down), otherwise the Mesos framework fails over
+    and its tasks keep running for a restarted broker to re-adopt."""
+    logging.basicConfig(
+        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config.check_runtime()
+    options = broker_options(config)
+    backend = mesos_backend(config, options) if config.backend == "mesos" else None
+    service = BrokerService(options, backend=backend)
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    service.start()
+    metrics = f"http://{service.metrics_address}/metrics" if service.metrics_address else "off"
+    click.echo(
+        f"fairbroker: serving on http://{service.http_address} (Spark master "
+        f"sparkbroker://{service.http_address}), gRPC {service.grpc_address}, metrics "
+        f"{metrics}; pid {os.getpid()}",
+        err=True,
+    )
+    done.wait()
+    how = "stopping every executor" if config.teardown else "leaving executors running"
+    if config.backend == "mesos":
+        how = "tearing the framework down" if config.teardown else "failing over (tasks kept)"
+    click.echo(f"fairbroker: stopping, {how}", err=True)
+    service.stop(kill_executors=config.teardown)

@@ -1,0 +1,261 @@
+"""`fairbroker serve`'s configuration: one validated object built from four layers.
+
+Precedence, highest first: command-line flags, `FAIRBROKER_<KEY>` environment variables,
+the YAML file given with `--config` (or `FAIRBROKER_CONFIG`), and the defaults below. The
+keys of the file are the field names of `ServeConfig`; the environment variable of a key is
+its upper-cased name (`state_dir` -> `FAIRBROKER_STATE_DIR`; lists are comma-separated).
+Every error names the key and where its value came from, in one line.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from allocator.errors import FairbrokerError
+from allocator.policy import SCHEDULERS, Selection, Ties
+from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
+from allocator.scenario import read_yaml
+from allocator.state import Mode
+
+ENV_PREFIX = "FAIRBROKER_"
+CONFIG_ENV = "FAIRBROKER_CONFIG"
+MASK = "********"
+_PATH_KEYS = ("state_dir", "cluster", "token_file", "secret_file")
+_LIST_KEYS = ("roles", "executor_env", "executor_python")
+_MESOS_ONLY = (
+    "master", "roles", "principal", "secret_file", "framework_name", "user", "allow_root",
+    "hostname", "webui_url", "gpus", "spark_uri",
+)  # fmt: skip
+
+
+class ConfigError(FairbrokerError):
+    """A serve configuration value is invalid; the message names the key and its source."""
+
+
+class ServeConfig(BaseModel):
+    """Everything `fairbroker serve` needs, validated once and passed whole."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # the allocation policy
+    scheduler: str = "rpsdsf"
+    mode: Mode = Mode.CHARACTERIZED
+    selection: Selection | None = None  # None: the scheduler's own
+    ties: Ties = Ties.RANDOM
+    # where the broker listens and keeps its state
+    host: str = "127.0.0.1"
+    port: int = Field(DEFAULT_HTTP_PORT, ge=0, le=65535)
+    grpc_port: int = Field(DEFAULT_GRPC_PORT, ge=0, le=65535)
+    metrics: bool = True
+    metrics_port: int = Field(DEFAULT_METRICS_PORT, ge=0, le=65535)
+    state_dir: Path = Path(".fairbroker")
+    cluster: Path | None = None  # local backend: the embedded cluster's agents
+    token: SecretStr | None = None
+    token_file: Path | None = None
+    lease: float = Field(30.0, ge=1)
+    log_level: Literal["debug", "info", "warning"] = "info"
+    # what tenants may put in their executors' environment (docs/security.md)
+    executor_env: tuple[str, ...] = ()
+    executor_python: tuple[str, ...] = ()
+    # None: the backend's safe default (local: stop the executors; mesos: fail over)
+    teardown_on_exit: bool | None = None
+    # the Mesos framework
+    backend: Literal["local", "mesos"] = "local"
+    master: str | None = None
+    roles: tuple[str, ...] = ("*",)
+    principal: str | None = None
+    secret_file: Path | None = None
+    failover_timeout: float = Field(7 * 24 * 3600.0, ge=0)
+    framework_name: str = Field("fairbroker", min_length=1)
+    user: str | None = None  # the user tasks run as (default: the broker's own)
+    allow_root: bool = False
+    hostname: str | None = None  # advertised to Mesos and in webui_url (default: host)
+    webui_url: str | None = None
+    gpus: bool = False  # ask for GPU agents' offers (the GPU_RESOURCES capability)
+    spark_home: str = "/opt/spark"
+    spark_uri: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServeConfig:
+        if self.scheduler.lower() not in SCHEDULERS:
+            raise ValueError(f"scheduler: one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
+        if self.backend == "mesos" and not self.master:
+            raise ValueError("master: --backend mesos needs a master (HOST:5050 or zk://...)")
+        if self.backend == "local":
+            given = sorted(k for k in _MESOS_ONLY if k in self.model_fields_set)
+            if given:
+                raise ValueError(f"{given[0]}: only with backend mesos")
+        if (self.principal is None) != (self.secret_file is None):
+            raise ValueError("principal: principal and secret_file go together")
+        if self.token is not None and self.token_file is not None:
+            raise ValueError("token: give token or token_file, not both")
+        if not self.roles or any(not r.strip() for r in self.roles):
+            raise ValueError("roles: role names must not be empty")
+        return self
+
+    # ---- derived values ------------------------------------------------------------------
+    @property
+    def teardown(self) -> bool:
+        """Whether stopping the broker stops its executors (Mesos: tears the framework down)."""
+        return self.backend == "local" if self.teardown_on_exit is None else self.teardown_on_exit
+
+    @property
+    def advertised_host(self) -> str:
+        if self.hostname:
+            return self.hostname
+        return self.host if self.host not in ("0.0.0.0", "::", "") else _hostname()
+
+    @property
+    def effective_webui_url(self) -> str:
+        return self.webui_url or f"http://{self.advertised_host}:{self.port}/v1/GetAllocation"
+
+    @property
+    def task_user(self) -> str:
+        return self.user or getpass.getuser()
+
+    def read_token(self) -> str | None:
+        if self.token_file is not None:
+            return _read_secret(self.token_file, "token_file")
+        return self.token.get_secret_value() if self.token else None
+
+    def read_mesos_secret(self) -> str | None:
+        return None if self.secret_file is None else _read_secret(self.secret_file, "secret_file")
+
+    def check_runtime(self) -> None:
+        """What can only be checked on this host: secrets readable, state directory usable,
+        and no tasks launched as root unless allowed."""
+        self.read_token()
+        self.read_mesos_secret()
+        _check_state_dir(self.state_dir)
+        if self.backend == "mesos" and self.task_user == "root" and not self.allow_root:
+            raise ConfigError(
+                "user: executors would run as root on the agents; set user to an unprivileged "
+                "account or allow_root: true"
+            )
+
+    def render(self, sources: Mapping[str, str]) -> str:
+        """The effective configuration as YAML (a valid --config file), secrets masked, each
+        key followed by where its value came from."""
+        lines = ["# fairbroker serve: effective configuration (flags > env > file > defaults)"]
+        for key in type(self).model_fields:
+            value = getattr(self, key)
+            if isinstance(value, SecretStr):
+                value = MASK
+            elif isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            elif hasattr(value, "value"):  # enums
+                value = value.value
+            text = yaml.safe_dump({key: value}, default_flow_style=True, width=1000).strip()
+            text = text.removeprefix("{").removesuffix("}")
+            lines.append(f"{text:<44} # {sources.get(key, 'default')}")
+        return "\n".join(lines)
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.getfqdn()
+
+
+def _read_secret(path: Path, key: str) -> str:
+    try:
+        text = path.read_text().strip()
+    except OSError as error:
+        raise ConfigError(f"{key}: cannot read {path} ({error.strerror})") from None
+    if not text:
+        raise ConfigError(f"{key}: {path} is empty")
+    return text
+
+
+def _check_state_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"state_dir: cannot create {path} ({error.strerror})") from None
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        raise ConfigError(f"state_dir: {path} is not readable and writable by this user")
+
+
+def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in ServeConfig.model_fields:
+        value = environ.get(ENV_PREFIX + key.upper())
+        if value is None or value == "":
+            continue
+        out[key] = [v.strip() for v in value.split(",")] if key in _LIST_KEYS else value
+    return out
+
+
+def _file_layer(path: Path) -> dict[str, Any]:
+    try:
+        data = read_yaml(path)
+    except FairbrokerError as error:
+        raise ConfigError(str(error)) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of serve options")
+    out = {}
+    for key, value in data.items():
+        if key in _PATH_KEYS and isinstance(value, str) and value:
+            value = str(path.parent / Path(value).expanduser())  # relative to the file
+        out[key] = value
+    return out
+
+
+def load_serve_config(
+    flags: Mapping[str, Any], file: str | Path | None, environ: Mapping[str, str]
+) -> tuple[ServeConfig, dict[str, str]]:
+    """The configuration from flags (only those given), the environment and a file, and
+    where each non-default value came from."""
+    layers: list[tuple[str, dict[str, Any]]] = []
+    if file is not None:
+        path = Path(file)
+        layers.append((f"file {path}", _file_layer(path)))
+    layers.append(("env", _env_layer(environ)))
+    layers.append(("flag", dict(flags)))
+    merged: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for kind, values in layers:
+        for key, value in values.items():
+            merged[key] = value
+            sources[key] = _source(kind, key)
+    try:
+        config = ServeConfig.model_validate(merged)
+    except ValidationError as error:
+        raise ConfigError(_describe(error, sources)) from None
+    return config, sources
+
+
+def _source(kind: str, key: str) -> str:
+    if kind == "env":
+        return ENV_PREFIX + key.upper()
+    if kind == "flag":
+        return "--" + key.replace("_", "-")
+    return kind
+
+
+def _describe(error: ValidationError, sources: Mapping[str, str]) -> str:
+    first = error.errors()[0]
+    loc = [str(part) for part in first["loc"]]
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        message = "unknown key"
+    if loc:
+        key = loc[0]
+    else:  # a cross-field check names its key first
+        key, _, message = message.partition(": ")
+    where = sources.get(key)
+    where = f" (from {where})" if where else ""
+    if first["type"] not in ("extra_forbidden", "missing") and "input" in first and loc:
+        message += f", got {first['input']!r}" if key != "token" else ""
+    return f"{key}{where}: {message}"
