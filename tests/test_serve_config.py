@@ -63,7 +63,8 @@ def test_every_option_has_an_environment_variable() -> None:
         "principal": "p", "secret_file": "/srv/secret", "failover_timeout": "60",
         "framework_name": "fb2", "user": "spark", "allow_root": "true", "hostname": "h1",
         "webui_url": "http://h1/", "gpus": "true", "spark_home": "/srv/spark",
-        "spark_uri": "http://h1/spark.tgz",
+        "spark_uri": "http://h1/spark.tgz", "executor_env": "OMP_NUM_THREADS,MKL_NUM_THREADS",
+        "executor_python": "/opt/py/bin/python3",
     }  # fmt: skip
     assert set(samples) == set(ServeConfig.model_fields)
     env = {f"FAIRBROKER_{k.upper()}": v for k, v in samples.items() if v is not None}
@@ -76,6 +77,14 @@ def test_every_option_has_an_environment_variable() -> None:
     assert config.roles == ("a", "b") and config.port == 1 and config.metrics is False
     env = {"FAIRBROKER_TOKEN_FILE": "/srv/token"}
     assert load_serve_config({}, None, env)[0].token_file == Path("/srv/token")
+
+
+def test_flag_defaults_shown_in_help_are_the_schemas() -> None:
+    from allocator.cli_live import SERVE_DEFAULTS
+
+    for key, value in SERVE_DEFAULTS.items():
+        default = ServeConfig.model_fields[key].default
+        assert str(value) == str(getattr(default, "value", default)), key
 
 
 @pytest.mark.parametrize(
