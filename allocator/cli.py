@@ -218,7 +218,7 @@ def sim(
         _simulate_trace(scenario, scheduler, mode, level, trigger, seed, compare, as_json, quiet)
         return
     batch = load_batch(scenario)
-    bound = makespan_bound(batch)
+    bound = makespan_bound(batch, seed)
     quiet = quiet or as_json or not sys.stderr.isatty()
     runs = [(s, m) for s in PAPER_SCHEDULERS for m in Mode] if compare else [(scheduler, mode)]
     results = [_simulate(batch, s, m, level, trigger, seed, quiet) for s, m in runs]
@@ -232,6 +232,7 @@ def sim(
     for result in results:
         payload = result.to_json()
         payload["makespan_bound_s"] = round(bound.seconds, 3)
+        payload["bound_binding"] = bound.binding
         payloads.append(payload)
     if as_json:
         click.echo(json.dumps({"runs": payloads} if compare else payloads[0]))

@@ -10,9 +10,14 @@ groups:
     jobs_per_queue: 50
     demand: {cpus: 2, mem: 2048} # per executor; or `spark:` with a Spark conf
     executors: 64                # executors each job asks for (default: from the conf)
-    job: {work: 400, startup_s: 5, executor_start_s: 3, serial_s: 2, release_spread_s: 2}
+    job: {work: 400, startup_s: 5, executor_start_s: 3, serial_s: 2, release_spread_s: 2,
+          jitter: {work: 0.2, executor_start_s: 0, random_release: true}}
     app: {kind: pi, partitions: 8, samples: 200000}   # what a live run submits
 ```
+
+`jitter` (all 0 by default: the deterministic model) gives each part a relative spread, drawn
+per job from a stream of its own (`allocator.sim.workload`), so that every scheduler and mode
+sees the same jobs at a seed.
 
 One file serves both runs. The simulator (`fairbroker sim`) uses `job:` (the job model, always
 required) and ignores `app:`. The live runner (`fairbroker batch`, allocator.batch) ignores
@@ -36,6 +41,7 @@ from allocator.errors import FairbrokerError, ScenarioError
 from allocator.model import AgentSpec, _check_amounts
 from allocator.scenario import _first_error, read_yaml
 from allocator.sim.jobs import JobModel
+from allocator.sim.workload import JitterSpec
 
 
 class TimedAgentSpec(AgentSpec):
@@ -50,9 +56,10 @@ class JobSpec(BaseModel):
     executor_start_s: float = Field(default=3.0, ge=0, allow_inf_nan=False)
     serial_s: float = Field(default=2.0, ge=0, allow_inf_nan=False)
     release_spread_s: float = Field(default=2.0, ge=0, allow_inf_nan=False)
+    jitter: JitterSpec = JitterSpec()
 
     def model(self) -> JobModel:
-        return JobModel(**self.model_dump())
+        return JobModel(**self.model_dump(exclude={"jitter"}))
 
 
 class PiApp(BaseModel):

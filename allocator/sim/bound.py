@@ -4,19 +4,25 @@ Fluid: the batch's executor-seconds W_g of each group, at d_g per executor, must
 capacity-time the agents offer: minimize T subject to
     sum_i y_{g,i} = W_g,   sum_g d_{g,r} y_{g,i} <= c_{i,r} (T - t_i),   y >= 0,
 where y_{g,i} is executor-seconds of group g on agent i and t_i the agent's registration
-time (assuming T >= every t_i). Chain: the jobs of one queue run one after another, each
-at least as long as with all the executors it asks for that the cluster can hold at once.
+time (assuming T >= every t_i). Chain: the jobs of one queue run one after another, each at
+least as long as its fixed overhead (driver start-up, the quickest executor start-up, serial
+tail) plus its work at all the executors it asks for that the cluster can hold at once.
+
+With `seed` the bound is for that seed's jobs (the simulator's draws); without, for every
+seed (each jittered part at the low end of its spread).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import linprog
 
 from allocator.model import _matches
-from allocator.sim.batch import BatchSpec
+from allocator.sim.batch import BatchSpec, GroupSpec
+from allocator.sim.jobs import JobModel
+from allocator.sim.workload import JobDraws
 
 
 @dataclass(frozen=True)
@@ -28,8 +34,36 @@ class MakespanBound:
     def seconds(self) -> float:
         return max(self.fluid_s, self.chain_s)
 
+    @property
+    def binding(self) -> str:
+        """Which bound is the larger: "fluid" (capacity only, blind to per-job overhead) or
+        "chain" (one queue's jobs with their fixed overhead)."""
+        return "fluid" if self.fluid_s >= self.chain_s else "chain"
 
-def makespan_bound(batch: BatchSpec) -> MakespanBound:
+
+def _jobs(group: GroupSpec, g: int, seed: int | None) -> list[list[JobModel]]:
+    """Each queue's job models as the simulator draws them at `seed` (with the quickest
+    executor start-up), or at the low end of every spread without a seed."""
+    base, jitter = group.job.model(), group.job.jitter
+    quickest = base.executor_start_s * (1 - jitter.executor_start_s)
+    if seed is None:
+        low = JobModel(
+            work=base.work * (1 - jitter.work),
+            startup_s=base.startup_s * (1 - jitter.startup_s),
+            executor_start_s=quickest,
+            serial_s=base.serial_s * (1 - jitter.serial_s),
+        )
+        return [[low] * group.jobs_per_queue for _ in range(group.queues)]
+    return [
+        [
+            replace(JobDraws.draw(base, jitter, seed, g, q, j).model, executor_start_s=quickest)
+            for j in range(group.jobs_per_queue)
+        ]
+        for q in range(group.queues)
+    ]
+
+
+def makespan_bound(batch: BatchSpec, seed: int | None = None) -> MakespanBound:
     resources = batch.resource_names()
     agents = batch.agents
     cap = np.array([[a.resources.get(r, 0.0) for r in resources] for a in agents])
@@ -42,11 +76,14 @@ def makespan_bound(batch: BatchSpec) -> MakespanBound:
     for g, group in enumerate(groups):
         vector, wanted = group.executor_demand()
         demand[g] = [vector.get(r, 0.0) for r in resources]
-        work[g] = group.queues * group.jobs_per_queue * group.job.work
         need = demand[g] > 0
         fit_each = np.floor(np.min(cap[:, need] / demand[g, need], axis=1) + 1e-9)
         at_once = max(1, min(wanted, int(fit_each.sum())))
-        chain = max(chain, group.jobs_per_queue * group.job.model().duration(at_once))
+        queues = _jobs(group, g, seed)
+        work[g] = sum(job.work for queue in queues for job in queue)
+        gaps = (group.jobs_per_queue - 1) * group.submit_gap_s
+        for queue in queues:
+            chain = max(chain, gaps + sum(job.duration(at_once) for job in queue))
     eligible = np.array([[_matches(a.attributes, g.constraints) for a in agents] for g in groups])
     # variables: y (n_g * n_a, row-major by group), then T
     n_y = n_g * n_a
@@ -69,4 +106,4 @@ def makespan_bound(batch: BatchSpec) -> MakespanBound:
         cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=work, bounds=bounds, method="highs"
     )
     fluid = float(result.x[-1]) if result.status == 0 else float("inf")
-    return MakespanBound(fluid_s=fluid, chain_s=chain)
+    return MakespanBound(fluid_s=fluid, chain_s=float(chain))

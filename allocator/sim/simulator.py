@@ -21,6 +21,7 @@ from allocator.policy.levels import Level
 from allocator.sim.batch import BatchSpec
 from allocator.sim.jobs import JobModel, JobProgress
 from allocator.sim.series import AllocationSeries
+from allocator.sim.workload import JobDraws
 from allocator.state import Mode
 
 
@@ -29,7 +30,7 @@ class Job:
     name: str
     group: str
     queue: int
-    model: JobModel
+    draws: JobDraws  # the job's model with its draws applied, and its streams
     demand: dict[str, float]
     executors: int
     submitted: float
@@ -38,6 +39,10 @@ class Job:
     progress: JobProgress | None = None
     placed: list[tuple[int, str]] = field(default_factory=list)  # (executor id, agent)
     done: bool = False
+
+    @property
+    def model(self) -> JobModel:
+        return self.draws.model
 
 
 @dataclass
@@ -109,7 +114,6 @@ class BatchSimulator:
             refuse_seconds,
             role_weights={g.name: g.weight for g in batch.groups},
         )
-        self.rng = np.random.default_rng([seed, 1])
         self.now = 0.0
         self._events: list[tuple[float, int, str, object]] = []
         self._seq = itertools.count()
@@ -130,11 +134,14 @@ class BatchSimulator:
             return
         self._queues[(group.name, queue)] = count + 1
         demand, executors = group.executor_demand()
+        draws = JobDraws.draw(
+            group.job.model(), group.job.jitter, self.seed, group_index, queue, count
+        )
         job = Job(
             name=f"{group.name}-q{queue}-j{count}",
             group=group.name,
             queue=queue,
-            model=group.job.model(),
+            draws=draws,
             demand=demand,
             executors=executors,
             submitted=self.now,
@@ -161,7 +168,7 @@ class BatchSimulator:
         for _ in range(tasks):
             executor = next(self._executor_ids)
             job.placed.append((executor, agent))
-            self._at(self.now + job.model.executor_start_s, "ready", (job, executor))
+            self._at(self.now + job.draws.executor_start(), "ready", (job, executor))
 
     def _ready(self, job: Job, executor: int) -> None:
         if job.done or job.progress is None:
@@ -185,10 +192,10 @@ class BatchSimulator:
 
     def _end(self, job: Job) -> None:
         job.finished = self.now
-        spread = job.model.release_spread_s
         count = len(job.placed)
-        for k, (executor, agent) in enumerate(job.placed):
-            self._at(self.now + spread * (k + 1) / max(count, 1), "release", (job, executor, agent))
+        delays = job.draws.release_delays(count)
+        for delay, (executor, agent) in zip(delays, job.placed, strict=True):
+            self._at(self.now + delay, "release", (job, executor, agent))
         if count == 0:
             self.engine.unregister(job.name)
         group_index = next(i for i, g in enumerate(self.batch.groups) if g.name == job.group)

@@ -1,0 +1,147 @@
+"""The simulator's workload randomness: paired across schedulers, deterministic at jitter 0."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from allocator.sim.batch import parse_batch
+from allocator.sim.bound import makespan_bound
+from allocator.sim.jobs import JobModel
+from allocator.sim.simulator import BatchSimulator
+from allocator.sim.workload import JitterSpec, JobDraws
+
+
+def two_groups(jitter: dict | None = None, jobs_per_queue: int = 4) -> dict:
+    """A small heterogeneous batch where schedulers disagree about placement."""
+    job = {"work": 40, "startup_s": 5, "executor_start_s": 3, "serial_s": 2,
+           "release_spread_s": 2}  # fmt: skip
+    if jitter is not None:
+        job["jitter"] = jitter
+    return {
+        "agents": [
+            {"name": "a", "resources": {"cpus": 8, "mem": 4}},
+            {"name": "b", "resources": {"cpus": 4, "mem": 8}},
+        ],
+        "groups": [
+            {"name": "x", "queues": 2, "jobs_per_queue": jobs_per_queue,
+             "demand": {"cpus": 2, "mem": 1}, "executors": 6, "job": dict(job)},
+            {"name": "y", "queues": 2, "jobs_per_queue": jobs_per_queue,
+             "demand": {"cpus": 1, "mem": 2}, "executors": 6, "job": dict(job)},
+        ],
+    }  # fmt: skip
+
+
+FULL = {"work": 0.2, "startup_s": 0.3, "executor_start_s": 0.5, "serial_s": 0.4,
+        "random_release": True}  # fmt: skip
+
+
+def jobs_by_name(result) -> dict:
+    return {j.name: j for j in result.jobs}
+
+
+def test_same_seed_same_jobs_under_every_scheduler_and_mode():
+    spec = parse_batch(two_groups(FULL))
+    runs = [
+        BatchSimulator(spec, name, mode, seed=7).run()
+        for name, mode in (("drf", "characterized"), ("rpsdsf", "oblivious"),
+                           ("bfdrf", "characterized"))
+    ]  # fmt: skip
+    first = jobs_by_name(runs[0])
+    assert len(first) == 16
+    for other in runs[1:]:
+        jobs = jobs_by_name(other)
+        assert jobs.keys() == first.keys()
+        for name, job in jobs.items():
+            assert job.model == first[name].model, name  # work, start-up, serial tail
+            if name.endswith("-j0"):
+                assert job.submitted == first[name].submitted == 0.0
+    # The schedulers did differ (otherwise the pairing would be trivially true).
+    assert len({round(r.makespan_s, 6) for r in runs}) > 1
+    # Another seed draws other jobs.
+    other_seed = jobs_by_name(BatchSimulator(spec, "drf", seed=8).run())
+    assert any(other_seed[n].model.work != first[n].model.work for n in first)
+
+
+def test_the_allocators_generator_does_not_move_the_workload():
+    """Two engine seeds are two allocator streams; the jobs come from the workload key."""
+    spec = parse_batch(two_groups(FULL))
+    a = JobDraws.draw(spec.groups[0].job.model(), spec.groups[0].job.jitter, 3, 0, 1, 2)
+    b = JobDraws.draw(spec.groups[0].job.model(), spec.groups[0].job.jitter, 3, 0, 1, 2)
+    assert a.model == b.model
+    starts = [a.executor_start() for _ in range(5)]
+    assert starts == [b.executor_start() for _ in range(5)]
+    assert a.release_delays(4) == b.release_delays(4)
+    # Each key is its own job: group, queue and job index all matter.
+    keys = [(3, 0, 1, 2), (3, 1, 1, 2), (3, 0, 0, 2), (3, 0, 1, 3), (4, 0, 1, 2)]
+    works = {JobDraws.draw(JobModel(work=40), JitterSpec(work=0.2), *k).model.work for k in keys}
+    assert len(works) == len(keys)
+
+
+def test_draws_stay_within_their_spread():
+    model = JobModel(work=100, startup_s=10, executor_start_s=4, serial_s=2,
+                     release_spread_s=3)  # fmt: skip
+    jitter = JitterSpec(**FULL)
+    works, starts, delays = [], [], []
+    for job in range(400):
+        draws = JobDraws.draw(model, jitter, 0, 0, 0, job)
+        works.append(draws.model.work)
+        assert 7 <= draws.model.startup_s <= 13 and 1.2 <= draws.model.serial_s <= 2.8
+        starts.append(draws.executor_start())
+        delays += draws.release_delays(3)
+    assert min(works) >= 80 and max(works) <= 120
+    assert np.mean(works) == pytest.approx(100, abs=2)  # centred: U(0.8, 1.2) x 100
+    assert np.std(works) == pytest.approx(20 / np.sqrt(3), rel=0.15)
+    assert min(starts) >= 2 and max(starts) <= 6
+    assert min(delays) > 0 and max(delays) <= 3
+    assert len({round(d, 9) for d in delays}) > 1000  # independent, not an even grid
+
+
+def test_jitter_zero_is_the_deterministic_model_exactly():
+    model = JobModel(work=40, release_spread_s=2)
+    draws = JobDraws.draw(model, JitterSpec(), 5, 1, 2, 3)
+    assert draws.model is model
+    assert draws.executor_start() == 3.0
+    assert draws.release_delays(4) == [0.5, 1.0, 1.5, 2.0]
+    # An explicit all-zero jitter block gives the same run as none at all.
+    plain = BatchSimulator(parse_batch(two_groups()), "psdsf", seed=4).run()
+    zero = BatchSimulator(parse_batch(two_groups({"work": 0})), "psdsf", seed=4).run()
+    assert zero.makespan_s == plain.makespan_s and zero.grants == plain.grants
+    assert [j.finished for j in zero.jobs] == [j.finished for j in plain.jobs]
+    # Jobs of a group are then identical.
+    assert {j.model.work for j in plain.jobs} == {40}
+
+
+def test_random_release_alone_keeps_every_job_the_same():
+    """Random release delays change when executors return, never the jobs' own draws."""
+    spec = parse_batch(two_groups({"random_release": True}))
+    result = BatchSimulator(spec, "drf", seed=1).run()
+    assert {j.model.work for j in result.jobs} == {40}
+    assert not result.series.engine.running
+
+
+@pytest.mark.parametrize("bad", [{"work": 1.0}, {"work": -0.1}, {"serial_s": float("nan")},
+                                 {"startup": 0.1}])  # fmt: skip
+def test_bad_jitter_is_a_one_line_error(bad):
+    from allocator.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match=r"groups\[0\]\.job\.jitter"):
+        parse_batch(two_groups(bad))
+
+
+def test_the_bound_follows_the_seeds_draws():
+    data = two_groups({"work": 0.2, "startup_s": 0.2, "serial_s": 0.2, "executor_start_s": 0.2})
+    spec = parse_batch(data)
+    every_seed = makespan_bound(spec)
+    for seed in range(3):
+        result = BatchSimulator(spec, "rpsdsf", seed=seed).run()
+        bound = makespan_bound(spec, seed)
+        assert every_seed.seconds <= bound.seconds <= result.makespan_s
+        # The chain of queue 0 of group x at full width (6 executors fit: 4 on a, 2 on b).
+        jobs = [j for j in result.jobs if j.group == "x" and j.queue == 0]
+        overhead = sum(j.model.startup_s + 3 * 0.8 + j.model.serial_s for j in jobs)
+        assert bound.chain_s >= overhead + sum(j.model.work for j in jobs) / 6 - 1e-9
+    # Without jitter the per-seed and every-seed bounds coincide.
+    plain = parse_batch(two_groups())
+    assert makespan_bound(plain, 5) == makespan_bound(plain)
+    assert makespan_bound(plain).binding in {"fluid", "chain"}
