@@ -22,6 +22,7 @@ import click
 
 from allocator.errors import FairbrokerError
 from spark_shim.demand import ExecutorDemand, executor_demand
+from spark_shim.driver_host import driver_host
 from spark_shim.jvm.build import default_spark_home, plugin_jar
 
 DEFAULT_BROKER = "127.0.0.1:7080"
@@ -82,6 +83,7 @@ class SubmitPlan:
     argv: list[str]
     env: dict[str, str] = field(repr=False)
     demand: ExecutorDemand
+    driver_host: str = ""  # which spark.driver.host was chosen and why
 
 
 def master_url(broker: str) -> str:
@@ -221,8 +223,11 @@ def spark_submit_command(
     argv = [str(spark_submit_path()), "--master", url]
     argv += ["--jars", ",".join([str(plugin_jar()), *parsed.jars])]
     leading = dict(fairbroker)
+    host_note = "spark.driver.host as given"
     if not any("spark.driver.host" in source for source in (parsed.properties, extra, parsed.conf)):
-        leading["spark.driver.host"] = "127.0.0.1"
+        host, host_note = driver_host(broker)
+        if host is not None:
+            leading["spark.driver.host"] = host
     leading.update(extra)
     for key, value in leading.items():
         argv += ["--conf", f"{key}={value}"]
@@ -245,7 +250,7 @@ def spark_submit_command(
         env.setdefault("PYSPARK_PYTHON", sys.executable)
     if token:
         env["FAIRBROKER_TOKEN"] = token
-    return SubmitPlan(argv=argv, env=env, demand=demand)
+    return SubmitPlan(argv=argv, env=env, demand=demand, driver_host=host_note)
 
 
 def configure_session(
@@ -266,8 +271,9 @@ def configure_session(
     options: Mapping[str, str] = getattr(builder, "_options", {})
     jars = [j for j in str(options.get("spark.jars", "")).split(",") if j]
     builder = builder.master(url).config("spark.jars", ",".join([str(plugin_jar()), *jars]))
-    if "spark.driver.host" not in options:
-        builder = builder.config("spark.driver.host", "127.0.0.1")
+    host = driver_host(broker)[0] if "spark.driver.host" not in options else None
+    if host is not None:
+        builder = builder.config("spark.driver.host", host)
     for key, value in _fairbroker_conf(group, weight, oblivious, token).items():
         builder = builder.config(key, value)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -341,6 +347,7 @@ def submit_command(
     except FairbrokerError as error:
         raise click.ClickException(str(error)) from None
     click.echo(describe_demand(plan.demand, oblivious=oblivious), err=True)
+    click.echo(f"fairbroker: {plan.driver_host}", err=True)
     if dry_run:
         click.echo(subprocess.list2cmdline(plan.argv))
         return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 from typing import Any
@@ -71,21 +72,21 @@ def test_demand_from_the_command_line(args: str, cpus: int, mem: int, target: in
 def test_command_line_shape() -> None:
     plan = spark_submit_command(
         ["--jars", "extra.jar", "--name", "pi", "app.py", "--executor-memory", "9g", "10"],
-        broker="broker.example:7081",
+        broker="10.9.8.7:7081",
         group="etl",
         weight=2.5,
         conf={"spark.ui.enabled": "false"},
     )
     argv = plan.argv
     assert argv[0].endswith("/bin/spark-submit")
-    assert argv[argv.index("--master") + 1] == "sparkbroker://broker.example:7081"
+    assert argv[argv.index("--master") + 1] == "sparkbroker://10.9.8.7:7081"
     assert argv[argv.index("--jars") + 1] == f"{plugin_jar()},extra.jar"
     assert argv.count("--jars") == 1
     confs = conf_args(argv)
     assert confs["spark.fairbroker.group"] == "etl"
     assert confs["spark.fairbroker.weight"] == "2.5"
     assert confs["spark.fairbroker.oblivious"] == "false"
-    assert confs["spark.driver.host"] == "127.0.0.1"
+    assert confs.get("spark.driver.host") != "127.0.0.1"  # executors elsewhere dial back
     assert confs["spark.ui.enabled"] == "false"
     # Everything from the application on is the application's, untouched and not parsed.
     assert argv[-4:] == ["app.py", "--executor-memory", "9g", "10"]
@@ -183,9 +184,10 @@ def test_cli_dry_run_prints_demand_and_command() -> None:
     args = "--group etl --dry-run --executor-memory 640m --executor-cores 2 --num-executors 4"
     done = run_submit(*args.split(), "app.py", env=env)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.strip() == (
+    assert done.stderr.strip().splitlines()[0] == (
         "fairbroker: executor demand cpus=2 mem=1024 MiB (heap 640 + overhead 384), target 4"
     )
+    assert done.stderr.strip().splitlines()[1].startswith("fairbroker: spark.driver.host")
     assert "sparkbroker://10.1.2.3:9000" in done.stdout
     assert "spark.fairbroker.group=etl" in done.stdout
 
@@ -240,3 +242,28 @@ def test_configure_session(monkeypatch: pytest.MonkeyPatch) -> None:
     assert os.environ["PYSPARK_PYTHON"] == sys.executable
     kept = configure_session(FakeBuilder({"spark.driver.host": "10.0.0.9"}), "h:1")
     assert kept._options["spark.driver.host"] == "10.0.0.9"
+
+
+def test_driver_host_is_loopback_only_for_a_loopback_broker(monkeypatch) -> None:
+    from spark_shim import driver_host as dh
+
+    for broker in ("127.0.0.1:7080", "localhost:7080", "[::1]:7080", "127.0.1.3:9"):
+        assert dh.driver_host(broker)[0] == "127.0.0.1", broker
+    # A broker elsewhere: the address this host reaches it from, as the kernel's routing
+    # table has it (`ip route get` is the independent oracle), never 127.0.0.1.
+    host, note = dh.driver_host("10.1.2.3:7080")
+    ip = shutil.which("ip")
+    if ip and host is not None:
+        route = subprocess.run([ip, "route", "get", "10.1.2.3"], capture_output=True, text=True)
+        assert f"src {host}" in route.stdout, (route.stdout, host)
+    assert host != "127.0.0.1" and "10.1.2.3" in note
+    plan = spark_submit_command(["app.py"], broker="10.1.2.3:7080")
+    assert conf_args(plan.argv).get("spark.driver.host") == host
+    # no route (or only loopback): Spark's default, and the plan says so
+    monkeypatch.setattr(dh, "routable_address", lambda host, port: None)
+    monkeypatch.setattr("spark_shim.submit.driver_host", dh.driver_host)
+    plan = spark_submit_command(["app.py"], broker="10.1.2.3:7080")
+    assert "spark.driver.host" not in conf_args(plan.argv)
+    assert "Spark's default" in plan.driver_host
+    monkeypatch.setattr(dh, "routable_address", lambda host, port: "127.0.1.1")
+    assert dh.driver_host("broker.example:7080")[0] is None
