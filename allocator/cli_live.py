@@ -48,6 +48,11 @@ def executor_env_options(func):
         help="Approve an interpreter for PYSPARK_PYTHON (repeat; default: this Python, "
         "python3, python).",
     )(func)  # fmt: skip
+    func = click.option(
+        "--limit", "limits", multiple=True, metavar="NAME=VALUE",
+        help="Change a limit on what tenants may ask (repeat), e.g. max_tenants=500, "
+        "min_demand.cpus=0.5; the limits and defaults are in docs/security.md.",
+    )(func)  # fmt: skip
     return click.option(
         "--executor-env", multiple=True, metavar="NAME",
         help="Let tenants set this variable in their executors (repeat; beyond "

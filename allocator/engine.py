@@ -456,11 +456,12 @@ class Engine:
         state.load(self._tasks[:n_f, :n_a], self._count[:n_f], self._used[:n_a])
         return state
 
-    def allocate(self, now: float) -> list[EngineGrant]:
+    def allocate(self, now: float, max_grants: int | None = None) -> list[EngineGrant]:
         """One allocation run: progressive filling on the current snapshot.
 
         Skipped when nothing changed since a run after which nothing fitted (the answer
-        would be the same), unless a refuse filter has expired since.
+        would be the same), unless a refuse filter has expired since. A run stopped at
+        `max_grants` asks for the next one at once (`run_now`).
         """
         self.run_now = False
         if now >= self._next_filter_expiry:
@@ -483,6 +484,7 @@ class Engine:
             self.ties,
             level=self.level,
             single_offer=oblivious,
+            max_grants=max_grants,
         )
         self.runs += 1
         out = []
@@ -506,4 +508,6 @@ class Engine:
         # Characterized filling stops only when nothing fits; oblivious runs withhold offered
         # agents, so what they declined may fit at the next run.
         self._dirty = oblivious and bool(out)
+        if max_grants is not None and len(out) >= max_grants:
+            self.run_now = self._dirty = True
         return out

@@ -37,7 +37,11 @@ def broker_options(config: ServeConfig) -> BrokerOptions:
         env = ExecutorEnvPolicy.of_operator(config.executor_env, config.executor_python)
     except ValueError as error:
         raise ConfigError(f"executor_env: {error}") from None
-    options.limits = replace(options.limits, executor_env=env)
+    try:
+        limits = options.limits.with_settings(config.limits)
+    except ValueError as error:
+        raise ConfigError(f"limits: {error}") from None
+    options.limits = replace(limits, executor_env=env)
     return options
 
 

@@ -28,7 +28,7 @@ ENV_PREFIX = "FAIRBROKER_"
 CONFIG_ENV = "FAIRBROKER_CONFIG"
 MASK = "********"
 _PATH_KEYS = ("state_dir", "cluster", "token_file", "secret_file")
-_LIST_KEYS = ("roles", "executor_env", "executor_python")
+_LIST_KEYS = ("roles", "executor_env", "executor_python", "limits")
 _MESOS_ONLY = (
     "master", "roles", "principal", "secret_file", "framework_name", "user", "allow_root",
     "hostname", "webui_url", "gpus", "spark_uri",
@@ -64,6 +64,7 @@ class ServeConfig(BaseModel):
     # what tenants may put in their executors' environment (docs/security.md)
     executor_env: tuple[str, ...] = ()
     executor_python: tuple[str, ...] = ()
+    limits: tuple[str, ...] = ()  # NAME=VALUE changes to allocator.broker.limits.Limits
     # None: the backend's safe default (local: stop the executors; mesos: fail over)
     teardown_on_exit: bool | None = None
     # the Mesos framework

@@ -18,6 +18,7 @@ import numpy as np
 
 from allocator.backends.base import AgentInfo, LaunchSpec
 from allocator.broker.core import Broker
+from allocator.broker.limits import Limits
 from allocator.broker.proto import pb
 from allocator.broker.server import BrokerOptions, BrokerService
 from allocator.broker.store import Store
@@ -70,7 +71,9 @@ def overhead_per_grant(scheduler: str, agents: int, tenants: int, persist: bool)
     ]
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "s.sqlite" if persist else None)
-        broker = Broker(NullBackend(infos), scheduler, store=store)
+        # the whole fill in one run: this measures the overhead per grant, not the caps
+        uncapped = Limits(max_launches_per_run=10**9, max_executors_per_tenant=10**9)
+        broker = Broker(NullBackend(infos), scheduler, store=store, limits=uncapped)
         broker.start(loop=False)
         for t in range(tenants):
             c, m = float(rng.choice([1, 2, 4])), float(rng.choice([1024, 2048, 4096]))

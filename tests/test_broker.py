@@ -226,6 +226,7 @@ def test_bad_demand_is_refused_and_others_keep_being_served(broker, demand, mess
     bad = request("bad", {"cpus": 1, "mem": 1024})
     bad.demand.clear()
     bad.demand.update(demand)
+    bad.launch.cores = max(1, int(demand.get("cpus", 1)))
     with pytest.raises(ApiError, match=message):
         broker.register(bad)
     assert "bad" not in broker.tenants and "bad" not in broker.engine.frameworks

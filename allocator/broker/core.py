@@ -8,8 +8,6 @@ backend task statuses back into releases. One lock guards all of it.
 from __future__ import annotations
 
 import logging
-import math
-import re
 import threading
 import time
 from collections import deque
@@ -17,11 +15,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from allocator.backends.base import AgentInfo, Backend, ExecutorState, LaunchSpec, TaskStatus
-from allocator.backends.executor import EnvironmentRefused, check_environment
+from allocator.broker.errors import ApiError, invalid
 from allocator.broker.limits import Limits
 from allocator.broker.proto import pb
 from allocator.broker.snapshot import engine_allocation
 from allocator.broker.store import Store
+from allocator.broker.validation import (
+    check_kill,
+    check_register,
+    check_room,
+    check_target,
+    printable,
+    same_registration,
+)
 from allocator.engine import Engine, EngineError
 from allocator.errors import FairbrokerError
 from allocator.policy import Selection
@@ -33,20 +39,7 @@ DEFAULT_LEASE_SECONDS = 30.0
 TICK_SECONDS = 1.0
 FAILURES_BEFORE_REFUSING = 2  # executor failures of a tenant on an agent before it rests
 FAILED_AGENT_REFUSE_SECONDS = 60.0
-TENANT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
 HISTORY = 10_000  # latency samples kept for reports and benchmarks
-
-
-class ApiError(FairbrokerError):
-    """A request the broker refuses; `code` names a gRPC status (mapped to HTTP too)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def invalid(message: str) -> ApiError:
-    return ApiError("INVALID_ARGUMENT", message)
 
 
 @dataclass
@@ -198,7 +191,6 @@ class Broker:
                 tenant = self._add_tenant(request, now)
             else:
                 self._check_same(tenant, request)
-                tenant.request = request
                 tenant.last_seen = now
             self._set_target(tenant, int(request.target))
             self.store.save_tenant(
@@ -219,15 +211,15 @@ class Broker:
 
     def set_target(self, tenant_id: str, total: int) -> None:
         with self._lock:
+            check_target(total, "total")
             tenant = self._tenant(tenant_id)
-            if total < 0:
-                raise invalid(f"target must be non-negative, got {total}")
             tenant.last_seen = time.monotonic()
             self._set_target(tenant, total)
             self.store.set_target(tenant_id, tenant.target)
             self._poke()
 
     def kill(self, tenant_id: str, executor_ids: list[str]) -> list[str]:
+        check_kill(pb.KillRequest(tenant_id=tenant_id, executor_ids=executor_ids), self.limits)
         with self._lock:
             tenant = self._tenant(tenant_id)
             tenant.last_seen = time.monotonic()
@@ -306,72 +298,34 @@ class Broker:
     def _tenant(self, tenant_id: str) -> Tenant:
         tenant = self.tenants.get(tenant_id)
         if tenant is None:
-            raise ApiError("NOT_FOUND", f"unknown tenant {tenant_id!r}")
+            raise ApiError("NOT_FOUND", f"unknown tenant {printable(repr(tenant_id[:140]))}")
         return tenant
 
-    def _demand_of(self, request: pb.RegisterRequest) -> dict[str, float]:
-        demand = dict(request.demand)
-        if not demand:
-            raise invalid("demand: the per-executor resources are required (cpus and mem)")
-        for name, value in demand.items():
-            if name not in self.engine.resources:
-                known = ", ".join(self.engine.resources)
-                raise invalid(f"demand.{name}: unknown resource (this cluster has {known})")
-            if not math.isfinite(value) or value < 0:
-                raise invalid(f"demand.{name}: must be a finite non-negative number, got {value}")
-        if demand.get("cpus", 0) <= 0 or demand.get("mem", 0) <= 0:
-            raise invalid("demand: an executor needs positive cpus and mem")
-        return demand
-
-    def _validate(self, request: pb.RegisterRequest) -> dict[str, float]:
-        if not TENANT_ID.match(request.tenant_id):
-            raise invalid(
-                "tenant_id: 1-200 characters of letters, digits and . _ : @ -, "
-                f"got {request.tenant_id!r}"
-            )
-        if not (math.isfinite(request.weight) and request.weight >= 0):
-            raise invalid(f"weight: must be a positive number, got {request.weight}")
-        if request.target < 0:
-            raise invalid(f"target: must be non-negative, got {request.target}")
-        demand = self._demand_of(request)
-        launch = request.launch
-        if not launch.driver_url.startswith("spark://"):
-            raise invalid(f"launch.driver_url: expected spark://..., got {launch.driver_url!r}")
-        if not launch.app_id:
-            raise invalid("launch.app_id: required")
-        if launch.cores < 1:
-            raise invalid(f"launch.cores: must be at least 1, got {launch.cores}")
-        if not 0 < launch.heap_mib <= demand["mem"]:
-            raise invalid(
-                f"launch.heap_mib: must be positive and within demand.mem ({demand['mem']:g} "
-                f"MiB), got {launch.heap_mib}"
-            )
-        try:
-            check_environment(launch.environment, self.limits.executor_env)
-        except EnvironmentRefused as error:
-            raise invalid(str(error)) from None
-        return demand
-
     def _check_same(self, tenant: Tenant, request: pb.RegisterRequest) -> None:
-        demand = self._validate(request)
-        if demand != tenant.demand or request.oblivious != tenant.request.oblivious:
+        """A re-register (the plugin's, after a broker restart) must repeat the registration
+        exactly; only the target may change. Anything else would leave the stored row and
+        the live tenant apart."""
+        check_register(request, self.engine.resources, self.limits)
+        if not same_registration(tenant.request, request):
             raise ApiError(
                 "FAILED_PRECONDITION",
-                f"tenant {tenant.tenant_id!r} is registered with another demand; "
-                "unregister it first",
+                f"tenant {tenant.tenant_id!r} is registered with another demand, group, "
+                "weight, constraints or launch spec; unregister it first",
             )
 
     def _add_tenant(self, request: pb.RegisterRequest, now: float) -> Tenant:
-        demand = self._validate(request)
+        registration = check_register(request, self.engine.resources, self.limits)
+        check_room(registration, len(self.tenants), self._groups(), self.limits)
+        demand = registration.demand
         try:
             self.engine.register(
                 request.tenant_id,
                 demand,
-                role=request.group or "*",
-                weight=request.weight or 1.0,
+                role=registration.group,
+                weight=registration.weight,
                 constraints={
                     **request.constraints,
-                    **self.backend.tenant_constraints(request.group or "*"),
+                    **self.backend.tenant_constraints(registration.group),
                 },
                 declared=False if request.oblivious else None,
                 require_fit=self._static_cluster,
@@ -388,14 +342,19 @@ class Broker:
         self.tenants[request.tenant_id] = tenant
         log.info(
             "tenant %s registered: group %s, demand %s, %s",
-            request.tenant_id, request.group or "*", demand,
+            request.tenant_id, registration.group, demand,
             "declared" if self._declared(tenant) else "not declared (oblivious)",
         )  # fmt: skip
         return tenant
 
+    def _groups(self) -> set[str]:
+        return {t.request.group or "*" for t in self.tenants.values()}
+
     def _set_target(self, tenant: Tenant, total: int) -> None:
+        """The tenant's wish is kept as sent; the policy sees it held at the executor cap."""
         tenant.target = int(total)
-        self.engine.set_target(tenant.tenant_id, tenant.target)
+        cap = self.limits.max_executors_per_tenant
+        self.engine.set_target(tenant.tenant_id, min(tenant.target, cap))
 
     def _drop_tenant(self, tenant: Tenant, why: str) -> None:
         for executor_id, record in tenant.executors.items():
@@ -504,11 +463,15 @@ class Broker:
             self._expire_leases(now)
             began = time.perf_counter()
             runs_before = self.engine.runs
-            grants = self.engine.allocate(now)
+            cap = self.limits.max_launches_per_run
+            grants = self.engine.allocate(now, max_grants=cap)
             launched = 0
             for grant in grants:
                 tenant = self.tenants[grant.framework]
-                for _ in range(grant.tasks):
+                tasks = min(grant.tasks, cap - launched)
+                if tasks < grant.tasks:  # an oblivious offer's surplus waits for a later run
+                    self.engine.release(grant.framework, grant.agent, grant.tasks - tasks)
+                for _ in range(tasks):
                     self._launch(tenant, grant.agent, grant.resources, now)
                     launched += 1
             self.backend.flush(any(self.engine.pending().values()))
@@ -517,6 +480,7 @@ class Broker:
             if self.engine.runs != runs_before:
                 for observe in self.on_run:
                     observe(time.perf_counter() - began, launched)
+            self._poke()  # a run stopped at the launch cap continues at once
             return launched
 
     def _launch(self, tenant: Tenant, agent: str, resources: dict[str, float], now: float) -> None:

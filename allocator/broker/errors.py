@@ -1,0 +1,17 @@
+"""The tenant API's error: a gRPC status name (mapped to HTTP too) and a one-line message."""
+
+from __future__ import annotations
+
+from allocator.errors import FairbrokerError
+
+
+class ApiError(FairbrokerError):
+    """A request the broker refuses; `code` names a gRPC status (mapped to HTTP too)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def invalid(message: str) -> ApiError:
+    return ApiError("INVALID_ARGUMENT", message)
