@@ -208,7 +208,7 @@ def sim(
     series: str | None,
 ) -> None:
     """Simulate a job batch or a trace (SCENARIO) in virtual time through the online engine."""
-    from allocator.policy import PAPER_SCHEDULERS
+    from allocator.policy import COMPARED_SCHEDULERS
     from allocator.sim.batch import load_batch
     from allocator.sim.bound import makespan_bound
     from allocator.sim.trace import scenario_kind
@@ -220,7 +220,7 @@ def sim(
     batch = load_batch(scenario)
     bound = makespan_bound(batch, seed)
     quiet = quiet or as_json or not sys.stderr.isatty()
-    runs = [(s, m) for s in PAPER_SCHEDULERS for m in Mode] if compare else [(scheduler, mode)]
+    runs = [(s, m) for s in COMPARED_SCHEDULERS for m in Mode] if compare else [(scheduler, mode)]
     results = [_simulate(batch, s, m, level, trigger, seed, quiet) for s, m in runs]
     if plot:
         from allocator.sim.plot import plot_runs
@@ -276,11 +276,11 @@ def _simulate_trace(
     quiet: bool,
 ) -> None:
     """Trace scenarios (`kind: trace`): task-level workloads, see docs/traces.md."""
-    from allocator.policy import PAPER_SCHEDULERS
+    from allocator.policy import COMPARED_SCHEDULERS
     from allocator.sim.trace import run_trace
     from allocator.state import Mode
 
-    runs = [(s, m) for s in PAPER_SCHEDULERS for m in Mode] if compare else [(scheduler, mode)]
+    runs = [(s, m) for s in COMPARED_SCHEDULERS for m in Mode] if compare else [(scheduler, mode)]
     payloads = []
     for name, run_mode in runs:
         result = run_trace(scenario, name, run_mode, level=level, seed=seed, trigger=trigger)

@@ -84,7 +84,9 @@ def test_same_seed_same_answer(cluster, policy, seed):
 @settings(max_examples=300, deadline=None)
 @given(
     clusters(symmetric=True),
-    st.sampled_from(sorted(SCHEDULERS)),
+    # FUGA does not serve the lowest criterion at every grant (servers pick whole
+    # combinations among their K best by utilisation), so the bound below is not its own.
+    st.sampled_from(sorted(set(SCHEDULERS) - {"fuga"})),
     st.integers(0, 2**32 - 1),
 )
 def test_doubling_a_weight_never_lowers_its_tasks(cluster, name, seed):

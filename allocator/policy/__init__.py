@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from allocator.errors import ScenarioError
 from allocator.policy.base import Criterion
 from allocator.policy.drf import DRF
+from allocator.policy.fuga import Fuga
 from allocator.policy.psdsf import PSDSF
 from allocator.policy.rpsdsf import RPSDSF
 from allocator.policy.selection import Selection
@@ -31,6 +32,8 @@ SCHEDULERS: dict[str, Scheduler] = {
         Scheduler("psdsf", "PS-DSF", PSDSF, Selection.RRR),
         Scheduler("rpsdsf", "rPS-DSF", RPSDSF, Selection.RRR),
         Scheduler("bfdrf", "BF-DRF", DRF, Selection.BESTFIT),
+        # Paper 003: servers choose executor combinations (fairness vs skewness game).
+        Scheduler("fuga", "FUGA", Fuga, Selection.FUGA),
         # Paper 001's Hadoop-style baseline: max-min on task (slot) counts; agents visited
         # in random order, as TaskTrackers heartbeat. Needs the trace simulator's slots.
         Scheduler("slots", "Slots", Slots, Selection.RRR),
@@ -40,6 +43,8 @@ SCHEDULERS: dict[str, Scheduler] = {
 
 #: The five schedulers of paper 002 (what `--compare` and the paper reports run).
 PAPER_SCHEDULERS = ("drf", "tsf", "psdsf", "rpsdsf", "bfdrf")
+#: What `fairbroker sim --compare` runs: the paper's five and the other placement policies.
+COMPARED_SCHEDULERS = (*PAPER_SCHEDULERS, "fuga")
 
 
 def scheduler(name: str) -> Scheduler:
@@ -51,6 +56,7 @@ def scheduler(name: str) -> Scheduler:
 
 
 __all__ = [
+    "COMPARED_SCHEDULERS",
     "PAPER_SCHEDULERS",
     "SCHEDULERS",
     "Criterion",

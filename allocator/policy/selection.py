@@ -31,6 +31,7 @@ class Selection(StrEnum):
     JOINT = "joint"
     BESTFIT = "bestfit"
     FIRSTFIT = "firstfit"
+    FUGA = "fuga"  # paper 003's server game (allocator/policy/fuga.py)
 
 
 def _gamma_at(state: AllocationState, frameworks: np.ndarray, agents: np.ndarray) -> np.ndarray:
@@ -263,4 +264,8 @@ def make_selector(
         return RandomizedRoundRobin(state, criterion, rng, ties, level)
     if selection is Selection.JOINT:
         return Joint(state, criterion, rng, ties, level)
+    if selection is Selection.FUGA:
+        from allocator.policy.fuga import FugaSelector
+
+        return FugaSelector(state, criterion, rng, ties, level)
     return FrameworkFirst(state, criterion, rng, ties, level, best=selection is Selection.BESTFIT)

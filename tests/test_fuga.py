@@ -1,0 +1,191 @@
+"""FUGA (paper 003): the worked example of its Fig. 2 and Sec. 4.3, the game solver, and
+invariants of the scheduler built on it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import make_cluster, run_fairbroker
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from allocator.errors import ScenarioError
+from allocator.filling import progressive_fill
+from allocator.policy import Selection, scheduler
+from allocator.policy.fuga import (
+    Fuga,
+    FugaParams,
+    ServerOptions,
+    _solve_block,
+    backward_induction,
+    enumerate_combinations,
+    fairness_deviation,
+    min_utilisation,
+    skewness,
+    top_strategies,
+    utilisation,
+)
+from allocator.state import AllocationState, Mode
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "allocator" / "data" / "paper002-example.yaml"
+
+# Paper 003, Fig. 2: VM types (cpus, mem GB, disk GB), idle resources of the two servers and
+# their initial resource spaces (Sec. 4.3, Step 2).
+VM = np.array([(2, 4, 20), (1, 1, 10), (2, 2, 10)], dtype=float)
+IDLE = [np.array([4.0, 8, 40]), np.array([4.0, 6, 50])]
+SPACE = [np.array([6.0, 16, 100]), np.array([8.0, 20, 120])]
+
+
+def _by_hand(idle: np.ndarray) -> set[tuple[int, ...]]:
+    """Every non-empty count vector that fits, by brute force over small counts."""
+    return {
+        n
+        for n in itertools.product(range(5), repeat=3)
+        if any(n) and (np.array(n) @ VM <= idle).all()
+    }
+
+
+def test_example_enumerates_13_combinations_on_server_1_not_12():
+    combos = enumerate_combinations(VM, IDLE[0], np.full(3, 99))
+    got = {tuple(int(v) for v in c) for c in combos}
+    assert got == _by_hand(IDLE[0])
+    # The full list: the paper's Step 1 names 12, but 13 fit (4 CPU, 8 GB, 40 GB).
+    assert got == {
+        (0, 1, 0), (0, 2, 0), (0, 3, 0), (0, 4, 0), (0, 0, 1), (0, 1, 1), (0, 2, 1),
+        (0, 0, 2), (1, 0, 0), (1, 1, 0), (1, 2, 0), (1, 0, 1), (2, 0, 0),
+    }  # fmt: skip
+    assert len(enumerate_combinations(VM, IDLE[1], np.full(3, 99))) == 12
+
+
+def _server_options(j: int, k: int = 3) -> ServerOptions:
+    combos = enumerate_combinations(VM, IDLE[j], np.full(3, 99))
+    u = utilisation(SPACE[j] - IDLE[j], combos @ VM, SPACE[j])
+    top = top_strategies(u, k)
+    return ServerOptions(j, np.arange(3), combos[top], skewness(u[top]), min_utilisation(u[top])[0])
+
+
+def test_example_top_three_by_minimum_utilisation():
+    s1, s2 = _server_options(0), _server_options(1)
+    assert [tuple(c) for c in s1.counts] == [(2, 0, 0), (1, 0, 1), (1, 2, 0)]
+    assert [tuple(c) for c in s2.counts] == [(1, 2, 0), (0, 4, 0), (0, 3, 0)]
+    # mu after placement on the initial space, e.g. (1,0,1) on server 1: (2+4)/6, (8+6)/16,
+    # (60+30)/100 -> min 0.875; (0,3,0) on server 2: (4+3)/8, (14+3)/20, (70+30)/120 -> 5/6.
+    u1 = utilisation(SPACE[0] - IDLE[0], s1.counts @ VM, SPACE[0])
+    u2 = utilisation(SPACE[1] - IDLE[1], s2.counts @ VM, SPACE[1])
+    assert min_utilisation(u1) == pytest.approx([1.0, 0.875, 0.875])
+    assert min_utilisation(u2) == pytest.approx([11 / 12, 0.9, 5 / 6])
+    # (1,0,1) and (1,2,0) tie on mu = 0.875; the lower skewness ranks first.
+    assert s1.skew[1] < s1.skew[2]
+
+
+@pytest.mark.parametrize("lam", [0.2, 1.0, 10.0])
+def test_example_equilibrium_server_2_third_server_1_second(lam):
+    s1, s2 = _server_options(0), _server_options(1)
+    order = sorted([s1, s2], key=lambda s: s.best_mu)
+    assert [s.agent for s in order] == [1, 0]  # server 2 (best mu 11/12) moves first
+    total = IDLE[0] + IDLE[1]
+    users = np.ones(3, dtype=bool)
+    choice = _solve_block(order, np.zeros((3, 3)), VM, np.arange(3), np.ones(3), users, total, lam)
+    assert choice == (2, 1)  # server 2 its 3rd combination, server 1 its 2nd
+    # Dominant shares after (0,3,0) on server 2 and (1,0,1) on server 1: 2/7, 3/8, 1/4.
+    shares = np.array([2 / 7, 3 / 8, 1 / 4])
+    assert fairness_deviation(shares) == pytest.approx(shares.std() / shares.mean())
+
+
+def test_example_without_fairness_each_server_takes_its_least_skewed():
+    order = sorted([_server_options(0), _server_options(1)], key=lambda s: s.best_mu)
+    total = IDLE[0] + IDLE[1]
+    users = np.ones(3, dtype=bool)
+    choice = _solve_block(order, np.zeros((3, 3)), VM, np.arange(3), np.ones(3), users, total, 0)
+    assert choice == tuple(int(np.argmin(s.skew)) for s in order)
+
+
+def test_skewness_and_minimum_utilisation_by_hand():
+    u = np.array([1.0, 0.875, 0.9])
+    mean = u.mean()
+    assert skewness(u) == pytest.approx(np.sqrt(sum((x / mean - 1) ** 2 for x in u)))
+    assert skewness(np.array([0.5, 0.5, 0.5])) == 0
+    assert min_utilisation(u) == 0.875
+    # A resource the server does not have enters neither.
+    u = utilisation(np.zeros(3), np.array([2.0, 2.0, 0.0]), np.array([4.0, 8.0, 0.0]))
+    # u = (0.5, 0.25), mean 0.375: deviations +1/3 and -1/3.
+    assert min_utilisation(u) == 0.25 and skewness(u) == pytest.approx(np.sqrt(2) / 3)
+
+
+def test_backward_induction_is_subgame_perfect_not_greedy():
+    # Player 0 moves first (L or R), player 1 replies (l or r). Payoffs (p0, p1):
+    # L: l (3, 1), r (0, 0); R: l (4, 0), r (1, 2). Player 1 answers L with l and R with r,
+    # so player 0 takes L (3 > 1) although R-l would pay it 4.
+    utility = np.array([[[3, 1], [0, 0]], [[4, 0], [1, 2]]], dtype=float)
+    assert backward_induction(utility) == (0, 0)
+    # Three players, each best off matching the first mover: the last two follow player 0,
+    # who then takes its own best (strategy 1).
+    three = np.zeros((2, 2, 2, 3))
+    for a, b, c in itertools.product(range(2), repeat=3):
+        three[a, b, c] = [a * 2 + (b == a) + (c == a), float(b == a), float(c == a)]
+    assert backward_induction(three) == (1, 1, 1)
+
+
+def test_enumeration_is_bounded_on_large_servers():
+    demand = np.array([[1.0, 2.0], [2.0, 1.0], [1.0, 1.0], [3.0, 1.0]])
+    room = np.array([512.0, 512.0])
+    combos = enumerate_combinations(demand, room, np.full(4, np.inf), max_combinations=512)
+    assert 0 < len(combos) <= 512
+    assert (combos @ demand <= room + 1e-9).all()
+    # Completed greedily: no executor of any type fits beside any of them.
+    left = room - combos @ demand
+    assert not (left[:, None, :] >= demand[None, :, :]).all(axis=2).any()
+
+
+def test_bad_parameters_are_one_line_errors():
+    with pytest.raises(ScenarioError, match=r"^fuga\.k: must be a positive integer, got 0$"):
+        FugaParams(k=0)
+    with pytest.raises(ScenarioError, match=r"^fuga\.lambda"):
+        FugaParams(lam=-1.0)
+
+
+def test_fuga_reaches_the_optimum_on_paper_002_example():
+    done = run_fairbroker("fill", str(EXAMPLE), "--scheduler", "fuga", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["selection"] == "fuga"
+    assert out["tasks"]["mean"] == {"f1": {"s1": 19, "s2": 2}, "f2": {"s1": 2, "s2": 19}}
+
+
+@st.composite
+def instances(draw: st.DrawFn):
+    n_r = draw(st.integers(2, 3))
+    vector = st.lists(st.integers(0, 12), min_size=n_r, max_size=n_r).filter(any)
+    capacity = draw(st.lists(st.lists(st.integers(0, 60), min_size=n_r, max_size=n_r)
+                             .filter(any), min_size=1, max_size=5))  # fmt: skip
+    demand = draw(st.lists(vector, min_size=1, max_size=6))
+    limits = draw(st.lists(st.one_of(st.just(np.inf), st.integers(0, 8)),
+                           min_size=len(demand), max_size=len(demand)))  # fmt: skip
+    k = draw(st.integers(1, 4))
+    names = ("cpus", "mem", "disk")[:n_r]
+    return make_cluster(capacity, demand, max_tasks=limits, resources=names), FugaParams(
+        k=k, horizon=2
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(instances(), st.sampled_from(list(Mode)), st.integers(0, 3))
+def test_fuga_respects_capacity_and_limits_and_leaves_nothing_that_fits(instance, mode, seed):
+    cluster, params = instance
+    state = AllocationState(cluster, mode)
+    rng = np.random.default_rng(seed)
+    progressive_fill(state, Fuga(params), Selection.FUGA, rng)
+    used = state.tasks.T @ np.nan_to_num(cluster.demand)
+    assert (used <= cluster.capacity + 1e-9).all()
+    assert (state.count <= cluster.max_tasks).all()
+    assert not state.fits_all().any()
+
+
+def test_fuga_is_a_registered_scheduler():
+    chosen = scheduler("FUGA")
+    assert chosen.default_selection is Selection.FUGA
+    assert isinstance(chosen.criterion(), Fuga) and chosen.criterion().params.k == 3
