@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from allocator.cli_types import (
+    SEED,
     choice_of,
     mode_choice,
     scheduler_choice,
@@ -18,6 +21,7 @@ from allocator.cli_types import (
     ties_choice,
 )
 from allocator.errors import FairbrokerError
+from allocator.outputs import check_output_file, check_stdout, plot_suffixes
 
 if TYPE_CHECKING:
     from allocator.trials import FillSummary
@@ -77,7 +81,7 @@ def _render_fill(summary: FillSummary) -> str:
 @click.option("--mode", type=mode_choice(), default="characterized", show_default=True)
 @click.option("--ties", type=ties_choice(), default="random", show_default=True)
 @click.option("--trials", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option(
     "--optimum/--no-optimum",
     default=None,
@@ -99,6 +103,7 @@ def fill(
     from allocator.scenario import load_scenario
     from allocator.trials import run_trials
 
+    check_stdout()
     cluster = load_scenario(scenario)
     summary = run_trials(
         cluster,
@@ -116,13 +121,14 @@ def fill(
 
 @cli.command()
 @click.option("--trials", type=click.IntRange(min=2), default=2000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--ties", type=ties_choice(), default="random", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def table1(trials: int, seed: int, ties: str, as_json: bool) -> None:
     """Paper 002 Tables I and II beside ours, with the difference."""
     from allocator import table1 as table1_module
 
+    check_stdout()
     rows = table1_module.compare(trials, seed, ties, progress=not as_json and sys.stderr.isatty())
     if as_json:
         click.echo(
@@ -177,7 +183,7 @@ def _simulate(batch, name: str, mode: str, level: str, trigger: str, seed: int, 
     show_default=True,
     help="tick: freed resources wait for the next 1 s run (Mesos); release: at once.",
 )
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--compare", is_flag=True, help="Run every scheduler x mode and print one table.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
@@ -214,6 +220,11 @@ def sim(
     from allocator.sim.trace import scenario_kind
     from allocator.state import Mode
 
+    check_stdout()
+    if plot:
+        check_output_file(plot, "--plot", plot_suffixes())
+    if series:
+        check_output_file(series, "--series")
     if scenario_kind(scenario) == "trace":
         _simulate_trace(scenario, scheduler, mode, level, trigger, seed, compare, as_json, quiet)
         return
@@ -316,6 +327,19 @@ def _add_live_commands() -> None:
 _add_live_commands()
 
 
+#: Errors writing the output that the user can act on (a full disk, a closed pipe's cousins).
+_WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF, errno.EROFS}
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (AttributeError, ValueError, OSError):
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: user errors become one line on stderr and exit status 2."""
     try:
@@ -324,6 +348,18 @@ def main(argv: Sequence[str] | None = None) -> None:
             prog_name="fairbroker",
             standalone_mode=False,
         )
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:  # `fairbroker fill ... | head`: the reader has what it wanted
+        _silence_stdout()
+        sys.exit(141)
+    except OSError as error:
+        if error.errno not in _WRITE_ERRORS:
+            raise
+        _silence_stdout()
+        where = f" {error.filename}" if error.filename else " the output"
+        click.echo(f"fairbroker: error: cannot write{where}: {error.strerror}", err=True)
+        sys.exit(2)
     except click.exceptions.NoArgsIsHelpError as bare:
         click.echo(bare.ctx.get_help() if bare.ctx else "", err=True)
         sys.exit(2)

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from allocator.cli_types import (
+    FiniteFloat,
     LazyChoice,
     mode_choice,
     scheduler_choice,
@@ -103,7 +104,7 @@ def serve_options(func):
                      help=f"Require this shared token on the tenant API (env {TOKEN_ENV})."),
         click.option("--token-file", type=click.Path(dir_okay=False), default=None),
         click.option(
-            "--lease", type=click.FloatRange(min=1), default=d("lease"), show_default=True,
+            "--lease", type=FiniteFloat(min=1), default=d("lease"), show_default=True,
             help="Seconds a tenant may stay silent before it is dropped.",
         ),
         click.option(
@@ -136,7 +137,7 @@ def serve_options(func):
         click.option("--principal", default=None, help="Mesos principal (HTTP basic auth)."),
         click.option("--secret-file", type=click.Path(dir_okay=False), default=None),
         click.option(
-            "--failover-timeout", type=click.FloatRange(min=0), default=d("failover_timeout"),
+            "--failover-timeout", type=FiniteFloat(min=0), default=d("failover_timeout"),
             show_default=True,
             help="Seconds Mesos keeps the framework's tasks while the broker is away.",
         ),
@@ -285,7 +286,7 @@ def configure(
     "agents (its scheduler is then the broker's own).",
 )
 @click.option("--token", envvar=TOKEN_ENV, default=None)
-@click.option("--job-timeout", type=click.FloatRange(min=1), default=600.0, show_default=True)
+@click.option("--job-timeout", type=FiniteFloat(min=1), default=600.0, show_default=True)
 @click.option(
     "--metrics-port", type=click.IntRange(0, 65535), default=None,
     help="Serve the started broker's Prometheus /metrics on this port (0: any free port; "
@@ -310,12 +311,13 @@ def batch(
     from allocator.backends.cluster_file import agent_infos
     from allocator.batch import run_live_batch
     from allocator.broker.server import BrokerOptions, BrokerService
+    from allocator.outputs import check_stdout, prepare_output_dir
     from allocator.sim.batch import load_batch
     from allocator.sim.series import write_series_csv
 
+    check_stdout()
     spec = load_batch(scenario)
-    workdir = Path(out)
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = prepare_output_dir(out, "--out")
     service = None
     if broker is None:
         options = BrokerOptions(

@@ -72,3 +72,19 @@ def selection_choice() -> LazyChoice:
 
 def ties_choice() -> LazyChoice:
     return choice_of("allocator.policy", "Ties")
+
+
+#: Seeds feed numpy's SeedSequence, which takes non-negative integers.
+SEED = click.IntRange(min=0)
+
+
+class FiniteFloat(click.FloatRange):
+    """A float in range that is also finite (click's FloatRange lets nan and inf through)."""
+
+    name = "number"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None):
+        number = super().convert(value, param, ctx)
+        if number != number or number in (float("inf"), float("-inf")):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import re
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from allocator.errors import ScenarioError
 from allocator.model import Cluster, ScenarioSpec
@@ -19,14 +23,46 @@ def _location(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def _first_error(error: ValidationError) -> str:
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation can hold (through lists, dicts, unions, Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if typing.get_origin(annotation) is None and not isinstance(annotation, types.UnionType):
+        return []
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """Field names (and aliases) allowed at `loc` under `model`: the candidates a misspelt
+    field name is compared with."""
+    models = [model]
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        following = []
+        for m in models:
+            field = m.model_fields.get(part) or next(
+                (f for f in m.model_fields.values() if f.alias == part), None
+            )
+            if field is not None:
+                following += _models_in(field.annotation)
+        models = following or models
+    return [f.alias or name for m in models for name, f in m.model_fields.items()]
+
+
+def _first_error(error: ValidationError, model: type[BaseModel] | None = None) -> str:
     first = error.errors()[0]
-    where = _location(tuple(first["loc"]))
+    loc = tuple(first["loc"])
+    where = _location(loc)
     message = first["msg"].removeprefix("Value error, ")
     if first["type"] == "missing":
         message = "missing"
     elif first["type"] == "extra_forbidden":
         message = "unknown field"
+        if model is not None and loc and isinstance(loc[-1], str):
+            from allocator.cli_types import did_you_mean
+
+            message += did_you_mean(loc[-1], _fields_at(model, loc[:-1]))
     return f"{where}: {message}" if where else message
 
 
@@ -37,8 +73,29 @@ def parse_scenario(data: Any) -> Cluster:
     try:
         spec = ScenarioSpec.model_validate(data)
     except ValidationError as error:
-        raise ScenarioError(_first_error(error)) from None
+        raise ScenarioError(_first_error(error, ScenarioSpec)) from None
     return Cluster.from_spec(spec)
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads 1e12 and 2.5e3 (no dot, or no exponent sign) as strings; read them as
+    numbers, as YAML 1.2 and JSON do."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def _read_json(path: Path, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ScenarioError(
+            f"{path}: malformed JSON at line {error.lineno}, column {error.colno}: {error.msg}"
+        ) from None
 
 
 def read_yaml(path: Path) -> Any:
@@ -47,8 +104,12 @@ def read_yaml(path: Path) -> Any:
         text = path.read_text()
     except OSError as error:
         raise ScenarioError(f"{path}: cannot read ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{path}: not a text file (not UTF-8)") from None
+    if path.suffix.lower() == ".json":
+        return _read_json(path, text)
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_Loader)  # a SafeLoader
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -12,6 +12,7 @@ import click
 
 from allocator.backends.base import Backend
 from allocator.broker.server import BrokerOptions, BrokerService
+from allocator.listen_check import check_can_listen
 from allocator.serve_config import ConfigError, ServeConfig
 
 
@@ -69,6 +70,10 @@ def run(config: ServeConfig) -> None:
     )
     config.check_runtime()
     options = broker_options(config)
+    check_can_listen(options.host, [
+        ("--port", options.http_port), ("--grpc-port", options.grpc_port),
+        ("--metrics-port", options.metrics_port),
+    ])  # fmt: skip
     backend = mesos_backend(config, options) if config.backend == "mesos" else None
     service = BrokerService(options, backend=backend)
     done = threading.Event()

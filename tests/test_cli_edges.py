@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 
+import pytest
 from conftest import run_fairbroker
 
 #: Modules the command line must not import before a command needs them (--help, shell
@@ -69,3 +72,159 @@ def test_shell_completion_of_commands_and_choices():
 def test_scheduler_typo_suggests_the_name():
     done = run_fairbroker("fill", "x.yaml", "--scheduler", "rpsdfs")
     one_line_error(done, "--scheduler", "did you mean rpsdsf?")
+
+
+# ---- one-line errors: the environment ---------------------------------------------------
+EXAMPLE = "allocator/data/paper002-example.yaml"
+BATCH = "benchmarks/scenarios/paper-batch.yaml"
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def running_broker(tmp_path_factory):
+    """A real `fairbroker serve` on free ports: (http, grpc, metrics) port numbers."""
+    state = tmp_path_factory.mktemp("broker")
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from allocator.cli import main; main()", "serve", "--port", "0",
+         "--grpc-port", "0", "--metrics-port", "0", "--state-dir", str(state)],
+        stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        ports = None
+        deadline = time.monotonic() + 60
+        while ports is None and time.monotonic() < deadline:
+            line = process.stderr.readline()
+            match = re.search(r"serving on http://[\d.]+:(\d+) .* gRPC [\d.]+:(\d+), "
+                              r"metrics http://[\d.]+:(\d+)/", line)  # fmt: skip
+            if match:
+                ports = tuple(int(p) for p in match.groups())
+            elif not line and process.poll() is not None:
+                break
+        assert ports is not None, "the broker did not start"
+        yield ports
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        process.stderr.close()
+
+
+def serve(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_fairbroker("serve", "--port", "0", "--grpc-port", "0", "--metrics-port", "0",
+                          "--state-dir", "/nonexistent/never-created", *args)  # fmt: skip
+
+
+@pytest.mark.parametrize(("which", "option"), [(0, "--port"), (1, "--grpc-port"),
+                                               (2, "--metrics-port")])  # fmt: skip
+def test_each_port_in_use_is_one_line(running_broker, which, option):
+    port = running_broker[which]
+    done = serve(option, str(port))
+    one_line_error(done, f"port {port} on 127.0.0.1 is in use (another broker?)", option)
+
+
+def test_serve_started_twice_is_one_line(running_broker):
+    http, grpc_port, metrics = running_broker
+    done = run_fairbroker("serve", "--port", str(http), "--grpc-port", str(grpc_port),
+                          "--metrics-port", str(metrics))  # fmt: skip
+    one_line_error(done, f"port {http} on 127.0.0.1 is in use (another broker?)")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--host", "192.0.2.1"], "--host 192.0.2.1: not an address of this machine"),
+        (["--host", "no-such-host.invalid"], "--host no-such-host.invalid: cannot resolve"),
+        (["--port", "17999", "--grpc-port", "17999"], "--grpc-port 17999: the same port as"),
+        (["--lease", "nan"], "--lease"),
+        (["--lease", "inf"], "--lease"),
+    ],
+)
+def test_serve_bad_places_and_numbers(args, expected):
+    one_line_error(serve(*args), expected)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["fill", EXAMPLE, "-s", "drf", "--seed", "-1"],
+        ["table1", "--trials", "2", "--seed", "-1"],
+        ["sim", BATCH, "--seed", "-1"],
+    ],
+)
+def test_negative_seed_is_refused_at_the_command_line(args):
+    one_line_error(run_fairbroker(*args), "--seed", "-1")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--plot", "/nonexistent/dir/p.png"], "--plot /nonexistent/dir/p.png: directory"),
+        (["--plot", "{tmp}/p.xyz"], "unsupported file type '.xyz'"),
+        (["--series", "{tmp}"], "--series"),
+        (["--series", "/nonexistent/dir/s.csv"], "does not exist"),
+    ],
+)
+def test_sim_output_paths_are_checked_before_the_work(tmp_path, args, expected):
+    args = [a.format(tmp=tmp_path) for a in args]
+    done = run_fairbroker("sim", BATCH, "--compare", *args)
+    one_line_error(done, expected)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_batch_out_under_a_file(tmp_path):
+    (tmp_path / "file").write_text("")
+    done = run_fairbroker("batch", "benchmarks/scenarios/spark-small.yaml", "--out",
+                          str(tmp_path / "file" / "out"))  # fmt: skip
+    one_line_error(done, "--out")
+
+
+def test_json_to_a_full_or_closed_stdout():
+    command = [sys.executable, "-c", "from allocator.cli import main; main()", "fill", EXAMPLE,
+               "-s", "drf", "--json"]  # fmt: skip
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert one_line_error(done, "No space left on device")
+    done = subprocess.run(["bash", "-c", 'exec "$@" >&-', "_", *command], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    one_line_error(done, "standard output is closed")
+
+
+# ---- one-line errors: what the scenario says --------------------------------------------
+def test_a_cluster_too_big_for_memory_is_refused_with_its_size(tmp_path):
+    path = tmp_path / "huge.yaml"
+    path.write_text("kind: trace\nhorizon_s: 10\ncluster: {google: {agents: 100000000000}}\n"
+                    "jobs: {list: [{user: u, tasks: 1, demand_norm: {cpus: 0.1}, "
+                    "duration_s: 1}]}\n")  # fmt: skip
+    one_line_error(run_fairbroker("sim", str(path)), "cluster.google.agents: 100,000,000,000 "
+                   "agents would need about 100.0 TB of memory")  # fmt: skip
+
+
+def test_exponent_numbers_are_numbers(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text("agents: [{name: s1, resources: {cpus: 1e12, mem: 2.5e3}}]\n"
+                    "frameworks: [{name: f1, demand: {cpus: 1, mem: 1}}]\n")  # fmt: skip
+    done = run_fairbroker("fill", str(path), "-s", "drf", "--no-optimum", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["total"]["mean"] == 2500  # memory 2.5e3 binds
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "command", "expected"),
+    [
+        ("kind.yaml", "kind: trac\nagents: []\n", "sim", "kind: unknown 'trac' (did you mean "
+         "trace?)"),
+        ("typo.yaml", "agents: [{name: s1, resources: {cpus: 1}}]\n"
+         "frameworks: [{name: f1, demnd: {cpus: 1}}]\n", "fill",
+         "frameworks[0].demnd: unknown field (did you mean demand?)"),
+        ("batch.yaml", "agents: [{name: s1, resources: {cpus: 1}}]\ngroups: [{name: g, "
+         "queues: 1, jobs_per_queue: 1, demand: {cpus: 1}, executors: 1, job: {work: 1}, "
+         "app: {kind: pi, partitons: 2}}]\n", "sim",
+         "partitons: unknown field (did you mean partitions?)"),
+        ("bad.json", '{"agents": [}', "fill", "malformed JSON at line 1, column 13"),
+    ],
+)  # fmt: skip
+def test_scenario_messages_name_the_problem(tmp_path, name, text, command, expected):
+    path = tmp_path / name
+    path.write_text(text)
+    args = ["-s", "drf"] if command == "fill" else []
+    line = one_line_error(run_fairbroker(command, str(path), *args), expected)
+    assert "YAML" not in line or not name.endswith(".json")

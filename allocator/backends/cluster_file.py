@@ -64,5 +64,5 @@ def load_cluster_file(path: str | Path = DEFAULT_CLUSTER) -> list[AgentInfo]:
     try:
         spec = LocalClusterSpec.model_validate(data)
     except ValidationError as error:
-        raise ScenarioError(f"{path}: {_first_error(error)}") from None
+        raise ScenarioError(f"{path}: {_first_error(error, LocalClusterSpec)}") from None
     return agent_infos(spec.agents)

@@ -164,7 +164,7 @@ class BatchSpec(BaseModel):
 
 def _batch_error(error: ValidationError) -> str:
     """First validation error, without pydantic's `app.<kind>` tag step in the location."""
-    where, _, message = _first_error(error).partition(": ")
+    where, _, message = _first_error(error, BatchSpec).partition(": ")
     for kind in APP_KINDS:
         where = where.replace(f".app.{kind}.", ".app.", 1)
     if message.startswith("Unable to extract tag"):

@@ -22,7 +22,7 @@ class GoogleClusterSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     agents: int = Field(ge=1)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)
 
 
 def google_cluster(
@@ -51,7 +51,7 @@ class GoogleWorkloadSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)
     users: int = Field(default=100, ge=1)
     load: float = Field(default=0.9, gt=0, allow_inf_nan=False)
     #: Zipf exponent of job counts per user (a few users submit most jobs).

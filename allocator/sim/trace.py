@@ -32,6 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from allocator.errors import ScenarioError
+from allocator.memory_guard import TRACE_BYTES_PER_AGENT, require_memory
 from allocator.model import _check_amounts
 from allocator.scenario import _first_error, read_yaml
 from allocator.sim.batch import TimedAgentSpec
@@ -182,7 +183,7 @@ class TraceSpec(_Strict):
     largest: dict[str, float] | None = None
     horizon_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     sample_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)
     cluster: ClusterSpec
     users: list[UserSpec] = []
     jobs: JobsSpec
@@ -398,6 +399,8 @@ def _cluster(spec: TraceSpec, base: Path, resources: tuple[str, ...]):
     declared = spec.largest
     if cluster.google is not None:
         largest = dict(LARGEST_SERVER) | (declared or {})
+        agents = cluster.google.agents
+        require_memory(agents * TRACE_BYTES_PER_AGENT, f"cluster.google.agents: {agents:,} agents")
         names, capacity2 = google_cluster(cluster.google.agents, cluster.google.seed, largest)
         capacity = np.zeros((len(names), len(resources)))
         for k, r in enumerate(("cpus", "mem")):
@@ -618,6 +621,13 @@ def scenario_kind(scenario: str | Path | dict) -> Literal["trace", "batch", "sta
     if isinstance(data, dict):
         if data.get("kind") == "trace":
             return "trace"
+        if "kind" in data:  # only trace scenarios have a kind
+            from allocator.cli_types import did_you_mean
+
+            hint = did_you_mean(str(data["kind"]), ["trace"]) or (
+                " (the only kind is trace; job batches and static scenarios have none)"
+            )
+            raise ScenarioError(f"{scenario}: kind: unknown {data['kind']!r}{hint}")
         if "groups" in data:
             return "batch"
     return "static"
@@ -629,7 +639,7 @@ def parse_trace(data: Any, base: Path = Path(".")) -> TraceWorkload:
     try:
         spec = TraceSpec.model_validate(data)
     except ValidationError as error:
-        raise ScenarioError(_first_error(error)) from None
+        raise ScenarioError(_first_error(error, TraceSpec)) from None
     return build_workload(spec, base)
 
 
