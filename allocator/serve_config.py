@@ -59,7 +59,7 @@ class ServeConfig(BaseModel):
     cluster: Path | None = None  # local backend: the embedded cluster's agents
     token: SecretStr | None = None
     token_file: Path | None = None
-    lease: float = Field(30.0, ge=1)
+    lease: float = Field(30.0, ge=1, allow_inf_nan=False)
     log_level: Literal["debug", "info", "warning"] = "info"
     # what tenants may put in their executors' environment (docs/security.md)
     executor_env: tuple[str, ...] = ()
@@ -73,7 +73,7 @@ class ServeConfig(BaseModel):
     roles: tuple[str, ...] = ("*",)
     principal: str | None = None
     secret_file: Path | None = None
-    failover_timeout: float = Field(7 * 24 * 3600.0, ge=0)
+    failover_timeout: float = Field(7 * 24 * 3600.0, ge=0, allow_inf_nan=False)
     framework_name: str = Field("fairbroker", min_length=1)
     user: str | None = None  # the user tasks run as (default: the broker's own)
     allow_root: bool = False
