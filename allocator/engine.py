@@ -13,6 +13,7 @@ finished tasks wait for the next tick, unless the trigger is `release`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -28,6 +29,9 @@ from allocator.state import AllocationState, Mode
 #: Mesos's default refuse filter for declined resources, and allocation interval.
 DEFAULT_REFUSE_SECONDS = 5.0
 DEFAULT_INTERVAL_SECONDS = 1.0
+#: Mesos's --min_allocatable_resources default, cpus:0.01|mem:32 (either suffices; MB): a
+#: declined leftover below it installs no refuse filter (nothing would be offered anyway).
+MIN_ALLOCATABLE = {"cpus": 0.01, "mem": 32.0}
 
 
 class Trigger(StrEnum):
@@ -119,6 +123,8 @@ class Engine:
         seed: int = 0,
         refuse_seconds: float = DEFAULT_REFUSE_SECONDS,
         role_weights: dict[str, float] | None = None,
+        interval: float = DEFAULT_INTERVAL_SECONDS,
+        min_allocatable: dict[str, float] | None = None,
     ) -> None:
         self.resources = tuple(resources)
         self.configure(scheduler_name, mode, selection)
@@ -127,10 +133,14 @@ class Engine:
         self.ties = Ties(ties)
         self.rng = np.random.default_rng(seed)
         self.refuse_seconds = refuse_seconds
+        self.interval = interval
         self.role_weights = dict(role_weights or {})
         self.agents: dict[str, AgentRecord] = {}
         self.frameworks: dict[str, FrameworkRecord] = {}
         self.filters: dict[tuple[str, str], float] = {}  # (framework, agent) -> refused until
+        # What a framework declined on an agent: its filter holds only while the agent's free
+        # resources stay within this (Mesos's RefusedOfferFilter); absent: refused outright.
+        self.declined: dict[tuple[str, str], np.ndarray] = {}
         self.run_now = False  # an event asks for an allocation before the next tick
         self.grants_total = 0
         self.runs = 0
@@ -152,6 +162,8 @@ class Engine:
         self._roles: list[str] = []
         self._dirty = True  # something changed since the last run that left nothing fitting
         self._next_filter_expiry = np.inf
+        minimum = MIN_ALLOCATABLE if min_allocatable is None else min_allocatable
+        self._min_allocatable = np.array([minimum.get(r, np.inf) for r in self.resources])
 
     # ---- configuration -----------------------------------------------------------------
     def configure(
@@ -244,7 +256,7 @@ class Engine:
         self._capacity[slot] = 0.0
         self._eligible[:, slot] = False
         self._names = None
-        self.filters = {key: t for key, t in self.filters.items() if key[1] != name}
+        self._drop_filters(lambda key: key[1] == name)
         del self.agents[name]
         self._dirty = True
         return lost
@@ -318,7 +330,7 @@ class Engine:
         self._names = None
         self._target[slot] = 0.0
         self._eligible[slot] = False
-        self.filters = {key: t for key, t in self.filters.items() if key[0] != name}
+        self._drop_filters(lambda key: key[0] == name)
         del self.frameworks[name]
         if freed:
             self._dirty = True
@@ -333,7 +345,7 @@ class Engine:
             raise EngineError(f"framework {name!r}: target must be a non-negative number")
         if target > record.target:
             self.run_now = self._dirty = True
-            self.filters = {key: t for key, t in self.filters.items() if key[0] != name}
+            self._drop_filters(lambda key: key[0] == name)
         record.target = float(target)
         self._target[self._framework_slots.index[name]] = record.target
 
@@ -360,6 +372,21 @@ class Engine:
         self._framework(framework)
         self._agent(agent)
         self.filters[(framework, agent)] = max(until, self.filters.get((framework, agent), 0.0))
+        self.declined.pop((framework, agent), None)
+        self._next_filter_expiry = min(self._next_filter_expiry, until)
+
+    def _drop_filters(self, drop: Callable[[tuple[str, str]], bool]) -> None:
+        self.filters = {key: t for key, t in self.filters.items() if not drop(key)}
+        self.declined = {key: v for key, v in self.declined.items() if key in self.filters}
+
+    def _decline(self, framework: str, agent: str, leftover: np.ndarray, now: float) -> None:
+        """The framework declined `leftover` of an offer: filter that agent from it for
+        max(refuse, interval) while the agent offers no more than that, if it is allocatable."""
+        if self.refuse_seconds <= 0 or not (leftover >= self._min_allocatable).any():
+            return
+        until = now + max(self.refuse_seconds, self.interval)
+        self.filters[(framework, agent)] = until
+        self.declined[(framework, agent)] = leftover.copy()
         self._next_filter_expiry = min(self._next_filter_expiry, until)
 
     def adopt(self, framework: str, agent: str, tasks: int = 1) -> None:
@@ -434,8 +461,16 @@ class Engine:
         agent_names, framework_names = self._names
         eligible = self._eligible[:n_f, :n_a].copy()
         for (f, a), until in self.filters.items():
-            if until > now:
-                eligible[self._framework_slots.index[f], self._agent_slots.index[a]] = False
+            if until <= now:
+                continue
+            i = self._agent_slots.index[a]
+            declined = self.declined.get((f, a))
+            if declined is not None:
+                free = self._capacity[i] - self._used[i]
+                tol = 1e-9 * np.maximum(np.abs(free), 1.0)
+                if (free > declined + tol).any():
+                    continue  # more is free than was declined: the filter does not apply
+            eligible[self._framework_slots.index[f], i] = False
         active = self._active[:n_f]
         demand = np.where(active[:, None], self._demand[:n_f], np.nan)
         roles = self._roles or ["*"]
@@ -465,7 +500,7 @@ class Engine:
         """
         self.run_now = False
         if now >= self._next_filter_expiry:
-            self.filters = {key: t for key, t in self.filters.items() if t > now}
+            self._drop_filters(lambda key: self.filters[key] <= now)
             self._next_filter_expiry = min(self.filters.values(), default=np.inf)
             self._dirty = True
         if not self._dirty or not self.agents or not self.frameworks:
@@ -485,6 +520,7 @@ class Engine:
             level=self.level,
             single_offer=oblivious,
             max_grants=max_grants,
+            agent_pass=True,
         )
         self.runs += 1
         out = []
@@ -500,8 +536,7 @@ class Engine:
                 # The tenant keeps whole tasks and declines the rest of the offer; from now
                 # on the allocator knows its demand from what it launched.
                 self._known[grant.framework] = record.demand
-                self.filters[(f, a)] = now + self.refuse_seconds
-                self._next_filter_expiry = min(self._next_filter_expiry, now + self.refuse_seconds)
+                self._decline(f, a, state.withheld[grant.agent], now)
             resources = dict(zip(self.resources, map(float, record.demand), strict=True))
             out.append(EngineGrant(f, a, grant.tasks, resources))
         self.grants_total += len(out)

@@ -28,15 +28,18 @@ def progressive_fill(
     on_grant: Callable[[Grant], None] | None = None,
     level: Level | str = Level.FRAMEWORK,
     single_offer: bool = False,
+    agent_pass: bool = False,
 ) -> list[Grant]:
     """Grant until nothing fits (or `max_grants`); returns the grants in order.
 
     `level` role serves the lowest role first, then the lowest framework within it.
     `single_offer` (the online engine in oblivious mode): an agent whose remainder was
     offered is withheld for the rest of the run, as Mesos re-offers declined resources only
-    at its next allocation run.
+    at its next allocation run; the remainder counts toward the framework's allocation until
+    the run ends. `agent_pass` (the online engine): `rrr` is Mesos's allocation pass, the
+    agents shuffled once and each filled before the next.
     """
-    selector = make_selector(selection, state, criterion, rng, ties, level)
+    selector = make_selector(selection, state, criterion, rng, ties, level, agent_pass)
     grants: list[Grant] = []
     while max_grants is None or len(grants) < max_grants:
         pick = selector.next()
@@ -47,7 +50,7 @@ def progressive_fill(
         grant = state.grant(framework, agent, tasks)
         grants.append(grant)
         if single_offer:
-            state.withhold(agent)
+            state.withhold(agent, framework)
         if on_grant is not None:
             on_grant(grant)
     return grants

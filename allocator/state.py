@@ -170,9 +170,13 @@ class AllocationState:
             self.alloc[framework] = 0.0  # no float drift when a framework is empty
         self._update_wanting(framework)
 
-    def withhold(self, agent: int) -> None:
+    def withhold(self, agent: int, framework: int | None = None) -> None:
         """Take an agent's remainder out of this run (oblivious mode: it is out on offer;
-        what the tenant declines returns at the next allocation run, as in Mesos)."""
+        what the tenant declines returns at the next allocation run, as in Mesos). Offered to
+        `framework`, it counts toward that framework's allocation (and so its role's) for
+        the rest of the run, as Mesos accounts an outstanding offer as allocated."""
+        if framework is not None:
+            self.alloc[framework] += self.residual[agent]
         self.withheld[agent] += self.residual[agent]
         self.residual[agent] = 0.0
         self.changes += 1

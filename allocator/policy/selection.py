@@ -3,7 +3,8 @@
 - random:   a uniformly random agent among those where some task still fits, then the
             framework with the lowest criterion there (reproduces the paper's Table II spread).
 - rrr:      randomized round-robin: agents in a fresh random permutation each round, one
-            grant per visit.
+            grant per visit (static fills); the online engine runs it as Mesos's allocation
+            pass instead: agents shuffled once per run, each filled before the next.
 - joint:    argmin of the criterion over every feasible framework-agent pair.
 - bestfit:  framework by criterion, then the feasible agent with the least H (BF-DRF).
 - firstfit: framework by criterion, then the first feasible agent in declaration order.
@@ -130,6 +131,24 @@ class RandomizedRoundRobin(Selector):
             self.full[agent] = True
 
 
+class AgentPass(Selector):
+    """Mesos's allocation pass: the agents shuffled once, each filled before the next."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.order = self.rng.permutation(self.state.cluster.n_agents)
+        self.position = 0
+
+    def next(self) -> tuple[int, int] | None:
+        while self.position < len(self.order):  # an agent is left only when nothing fits
+            agent = int(self.order[self.position])
+            framework = self._framework_at(agent)
+            if framework >= 0:
+                return framework, agent
+            self.position += 1
+        return None
+
+
 class Joint(Selector):
     def next(self) -> tuple[int, int] | None:
         fits = self.state.fits_all()
@@ -254,12 +273,16 @@ def make_selector(
     rng: np.random.Generator,
     ties: Ties | str = Ties.RANDOM,
     level: Level | str = Level.FRAMEWORK,
+    agent_pass: bool = False,
 ) -> Selector:
+    """`agent_pass`: `rrr` as the online engine runs it (`AgentPass`)."""
     selection = Selection(selection)
     ties = Ties(ties)
     level = Level(level)
     if selection is Selection.RANDOM:
         return RandomAgent(state, criterion, rng, ties, level)
+    if selection is Selection.RRR and agent_pass:
+        return AgentPass(state, criterion, rng, ties, level)
     if selection is Selection.RRR:
         return RandomizedRoundRobin(state, criterion, rng, ties, level)
     if selection is Selection.JOINT:

@@ -113,6 +113,7 @@ class BatchSimulator:
             seed,
             refuse_seconds,
             role_weights={g.name: g.weight for g in batch.groups},
+            interval=interval,
         )
         self.now = 0.0
         self._events: list[tuple[float, int, str, object]] = []

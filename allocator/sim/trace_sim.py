@@ -384,6 +384,7 @@ class TraceSimulator:
             seed,
             refuse_seconds,
             role_weights={u.name: u.weight for u in w.users},
+            interval=interval,
         )
         self.characterized = self.engine.mode is Mode.CHARACTERIZED
         self.now = 0.0
