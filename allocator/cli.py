@@ -318,9 +318,10 @@ def _simulate_trace(
 
 def _add_live_commands() -> None:
     from allocator.cli_live import COMMANDS
+    from allocator.cli_whatif import whatif
     from spark_shim.submit import submit_command
 
-    for command in (*COMMANDS, submit_command):
+    for command in (*COMMANDS, submit_command, whatif):
         cli.add_command(command)
 
 

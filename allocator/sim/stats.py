@@ -34,7 +34,7 @@ class Estimate:
         return self.mean + self.half
 
     def excludes_zero(self) -> bool:
-        return self.low > 0 or self.high < 0
+        return bool(self.low > 0 or self.high < 0)
 
     def fmt(self, digits: int = 0, unit: str = "") -> str:
         return f"{self.mean:.{digits}f} +- {self.half:.{digits}f}{unit}"
@@ -50,7 +50,7 @@ def estimate(values: Sequence[float], level: float = LEVEL) -> Estimate:
     if n < 2:
         return Estimate(mean, float("nan"), n)
     sem = float(x.std(ddof=1)) / np.sqrt(n)
-    return Estimate(mean, float(student_t.ppf(0.5 + level / 2, n - 1)) * sem, n)
+    return Estimate(mean, float(student_t.ppf(0.5 + level / 2, n - 1) * sem), n)
 
 
 @dataclass(frozen=True)
@@ -73,15 +73,15 @@ class Paired:
 
     def sooner(self) -> bool:
         """a is lower, with the interval excluding zero."""
-        return self.diff.high < 0
+        return bool(self.diff.high < 0)
 
     def later(self) -> bool:
-        return self.diff.low > 0
+        return bool(self.diff.low > 0)
 
     def within(self, fraction: float) -> bool:
         """The whole interval lies within +-fraction of b's mean (equivalence)."""
         rel = self.relative
-        return -fraction <= rel.low and rel.high <= fraction
+        return bool(-fraction <= rel.low and rel.high <= fraction)
 
 
 def paired(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Paired:

@@ -1,0 +1,306 @@
+"""What-if report: every scheduler x mode on the same paired seeds of one batch scenario.
+
+For each configuration: makespan, mean and p95 job completion time per group, time-averaged
+allocation and fairness, each as a mean over seeds with a 95 % t-interval; the ranking by
+makespan, with each configuration compared seed by seed against the fastest (a difference whose
+interval excludes zero is marked significant); and one recommendation line against DRF, the
+criterion of Mesos's default allocator. Figures: small multiples of the allocation over time
+(one panel per scheduler, both modes, rolling means) and a bar chart with the intervals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from allocator.sim.batch import BatchSpec
+from allocator.sim.simulator import BatchSimulator, SimResult
+from allocator.sim.stats import Estimate, Paired, estimate, paired
+
+BASELINE = "drf"  # the criterion of Mesos's default (hierarchical DRF) allocator
+
+
+@dataclass
+class Config:
+    scheduler: str
+    mode: str
+    makespan: list[float] = field(default_factory=list)
+    jct_mean: dict[str, list[float]] = field(default_factory=dict)
+    jct_p95: dict[str, list[float]] = field(default_factory=dict)
+    allocated: dict[str, list[float]] = field(default_factory=dict)
+    fairness: list[float] = field(default_factory=list)
+    series: tuple[np.ndarray, np.ndarray] | None = None  # first seed: times, (T, R) fractions
+
+    @property
+    def label(self) -> str:
+        return f"{self.scheduler}/{self.mode}"
+
+    def add(self, result: SimResult) -> None:
+        self.makespan.append(result.makespan_s)
+        groups: dict[str, list[float]] = {}
+        for job in result.jobs:
+            groups.setdefault(job.group, []).append(job.finished - job.submitted)
+        for group, values in groups.items():
+            self.jct_mean.setdefault(group, []).append(float(np.mean(values)))
+            self.jct_p95.setdefault(group, []).append(float(np.percentile(values, 95)))
+        for r, v in result.series.time_average().items():
+            self.allocated.setdefault(r, []).append(v)
+        self.fairness.append(result.series.mean_fairness())
+        if self.series is None:
+            self.series = (np.array(result.series.times), np.array(result.series.allocated))
+
+
+@dataclass
+class Report:
+    scenario: str
+    seeds: int
+    level: str
+    trigger: str
+    resources: tuple[str, ...]
+    configs: list[Config]
+
+    def ranked(self) -> list[Config]:
+        return sorted(self.configs, key=lambda c: float(np.mean(c.makespan)))
+
+    def against_best(self) -> list[tuple[Config, Paired | None]]:
+        """Each configuration, fastest first, with its paired difference from the fastest."""
+        ranked = self.ranked()
+        best = ranked[0]
+        return [(c, None if c is best else paired(c.makespan, best.makespan)) for c in ranked]
+
+    def baseline(self, mode: str) -> Config | None:
+        return next((c for c in self.configs if c.scheduler == BASELINE and c.mode == mode), None)
+
+    def recommendation(self) -> str:
+        best = self.ranked()[0]
+        base = self.baseline(best.mode)
+        tied = [c.label for c, p in self.against_best()[1:] if p is not None and not p.later()]
+        also = f"; not distinguishable from {', '.join(tied)}" if tied else ""
+        if base is None or base is best:
+            return (
+                f"Recommendation: {best.label} has the shortest makespan "
+                f"({estimate(best.makespan).fmt()} s){also}."
+            )
+        p = paired(best.makespan, base.makespan)
+        rel = p.relative
+        if not p.sooner():
+            return (
+                f"Recommendation: keep {base.label} (DRF, the Mesos default's criterion): the "
+                f"fastest, {best.label}, is {-rel.mean:.1%} +- {rel.half:.1%} shorter, which "
+                f"{self.seeds} seeds do not distinguish from no difference."
+            )
+        return (
+            f"Recommendation: {best.label}: {-rel.mean:.1%} +- {rel.half:.1%} shorter makespan "
+            f"than DRF ({base.mode}), the Mesos default's criterion; faster in {p.wins} of "
+            f"{p.n} seeds{also}."
+        )
+
+    # ---- text ---------------------------------------------------------------------------
+    def render(self) -> str:
+        groups = list(self.configs[0].jct_mean)
+        head = ["rank", "scheduler", "mode", "makespan s", "vs fastest"]
+        head += [f"{g} JCT mean s" for g in groups] + [f"{g} JCT p95 s" for g in groups]
+        head += [f"{r} %" for r in self.resources] + ["fairness"]
+        rows = []
+        for rank, (c, p) in enumerate(self.against_best(), start=1):
+            if p is None:
+                versus = "fastest"
+            else:
+                mark = "*" if p.later() else "~"
+                versus = f"{p.diff.mean:+.0f} +- {p.diff.half:.0f} {mark}"
+            row = [str(rank), c.scheduler, c.mode, estimate(c.makespan).fmt(), versus]
+            row += [estimate(c.jct_mean[g]).fmt(1) for g in groups]
+            row += [estimate(c.jct_p95[g]).fmt(1) for g in groups]
+            row += [_pct(estimate(c.allocated[r])) for r in self.resources]
+            row.append(estimate(c.fairness).fmt(3))
+            rows.append(row)
+        lines = [
+            f"{self.scenario}: {len(self.configs)} configurations x {self.seeds} paired seeds, "
+            f"level {self.level}, trigger {self.trigger}; mean +- 95 % interval",
+            "",
+            "| " + " | ".join(head) + " |",
+            "|" + "---|" * len(head),
+            *("| " + " | ".join(row) + " |" for row in rows),
+            "",
+            "vs fastest: the paired makespan difference from rank 1; * significant (interval "
+            "excludes 0), ~ not distinguishable at these seeds.",
+            "",
+            self.recommendation(),
+        ]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, object]:
+        def est(values: Sequence[float]) -> dict[str, float]:
+            e = estimate(values)
+            return {"mean": round(e.mean, 4), "ci95": round(e.half, 4)}
+
+        out = []
+        for rank, (c, p) in enumerate(self.against_best(), start=1):
+            out.append({
+                "rank": rank,
+                "scheduler": c.scheduler,
+                "mode": c.mode,
+                "makespan_s": est(c.makespan),
+                "vs_fastest_s": None if p is None else {
+                    **est(np.array(c.makespan) - np.array(self.ranked()[0].makespan)),
+                    "significant": p.later(),
+                },
+                "jct_mean_s": {g: est(v) for g, v in c.jct_mean.items()},
+                "jct_p95_s": {g: est(v) for g, v in c.jct_p95.items()},
+                "allocated": {r: est(v) for r, v in c.allocated.items()},
+                "fairness": est(c.fairness),
+            })  # fmt: skip
+        return {
+            "scenario": self.scenario,
+            "seeds": self.seeds,
+            "level": self.level,
+            "trigger": self.trigger,
+            "configurations": out,
+            "recommendation": self.recommendation(),
+        }
+
+    # ---- figures ------------------------------------------------------------------------
+    def title(self) -> str:
+        return (
+            f"{self.scenario}: {self.seeds} paired seeds, level {self.level}, "
+            f"trigger {self.trigger}"
+        )
+
+    def plot(self, path: str | Path) -> list[Path]:
+        """The allocation small multiples at `path`, the summary bars beside it
+        (NAME-summary.SUFFIX); returns both paths."""
+        path = Path(path)
+        summary = path.with_name(f"{path.stem}-summary{path.suffix}")
+        _plot_multiples(self, path)
+        _plot_summary(self, summary)
+        return [path, summary]
+
+
+def _pct(e: Estimate) -> str:
+    return f"{e.mean * 100:.1f} +- {e.half * 100:.1f}"
+
+
+def run_whatif(
+    batch: BatchSpec,
+    schedulers: Sequence[str],
+    modes: Sequence[str],
+    seeds: int,
+    level: str = "role",
+    trigger: str = "tick",
+    progress: Callable[[str, int], None] | None = None,
+) -> Report:
+    configs = []
+    for name in schedulers:
+        for mode in modes:
+            config = Config(name, mode)
+            for seed in range(seeds):
+                result = BatchSimulator(batch, name, mode, level=level, trigger=trigger,
+                                        seed=seed).run()  # fmt: skip
+                config.add(result)
+                if progress is not None:
+                    progress(config.label, seed)
+            configs.append(config)
+    return Report(batch.name, seeds, level, trigger, batch.resource_names(), configs)
+
+
+# ---- plotting helpers -----------------------------------------------------------------------
+def rolling(times: np.ndarray, values: np.ndarray, window: float, step: float):
+    """A step series (value held from each time to the next) as a trailing time-weighted
+    rolling mean sampled every `step` seconds."""
+    grid = np.arange(0.0, times[-1] + step, step)
+    held = values[np.clip(np.searchsorted(times, grid, side="right") - 1, 0, None)]
+    width = max(1, round(window / step))
+    kernel = np.ones(width) / width
+    padded = np.concatenate([np.repeat(held[:1], width - 1, axis=0), held])
+    smooth = np.column_stack(
+        [np.convolve(padded[:, k], kernel, mode="valid") for k in range(held.shape[1])]
+    )
+    return grid, smooth
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _plot_multiples(report: Report, path: Path) -> None:
+    plt = _pyplot()
+    schedulers = list(dict.fromkeys(c.scheduler for c in report.configs))
+    modes = list(dict.fromkeys(c.mode for c in report.configs))
+    shown = [r for r in ("cpus", "mem") if r in report.resources] or list(report.resources[:2])
+    end = max(float(c.series[0][-1]) for c in report.configs if c.series is not None)
+    window, step = max(10.0, end / 40), max(1.0, end / 2000)
+    fig, axes = plt.subplots(
+        len(schedulers), len(shown), figsize=(5.2 * len(shown), 1.9 * len(schedulers) + 1.2),
+        sharex=True, sharey=True, squeeze=False,
+    )  # fmt: skip
+    colours = dict(zip(modes, ("tab:blue", "tab:orange", "tab:green"), strict=False))
+    for row, name in enumerate(schedulers):
+        for config in (c for c in report.configs if c.scheduler == name):
+            if config.series is None:
+                continue
+            grid, smooth = rolling(*config.series, window, step)
+            for col, resource in enumerate(shown):
+                k = report.resources.index(resource)
+                axes[row, col].plot(grid, smooth[:, k] * 100, color=colours[config.mode],
+                                    linewidth=1.2, label=config.mode)  # fmt: skip
+        for col, resource in enumerate(shown):
+            ax = axes[row, col]
+            ax.set_ylim(0, 105)
+            ax.grid(alpha=0.3)
+            if col == 0:
+                ax.set_ylabel(f"{name}\nallocated %")
+            if row == 0:
+                ax.set_title(resource)
+    for ax in axes[-1]:
+        ax.set_xlabel("time (s)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(modes), frameon=False,
+               title=f"rolling mean over {window:.0f} s, seed 0")  # fmt: skip
+    fig.suptitle(report.title())
+    fig.tight_layout(rect=(0, 0.06, 1, 0.97))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _plot_summary(report: Report, path: Path) -> None:
+    plt = _pyplot()
+    schedulers = list(dict.fromkeys(c.scheduler for c in report.configs))
+    modes = list(dict.fromkeys(c.mode for c in report.configs))
+    by = {(c.scheduler, c.mode): c for c in report.configs}
+    panels = [("makespan s", lambda c: c.makespan)]
+    groups = list(report.configs[0].jct_mean)
+    panels += [(f"{g} JCT mean s", lambda c, g=g: c.jct_mean[g]) for g in groups]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
+    width = 0.8 / len(modes)
+    x = np.arange(len(schedulers))
+    for ax, (label, values) in zip(axes[0], panels, strict=True):
+        ends = []
+        for k, mode in enumerate(modes):
+            stats = [estimate(values(by[(s, mode)])) if (s, mode) in by else None
+                     for s in schedulers]  # fmt: skip
+            means = [e.mean if e else np.nan for e in stats]
+            halves = [e.half if e else 0.0 for e in stats]
+            ax.bar(x + (k - (len(modes) - 1) / 2) * width, means, width, yerr=halves,
+                   capsize=3, label=mode)  # fmt: skip
+            ends += [v for e in stats if e for v in (e.low, e.high)]
+        low, high = min(ends), max(ends)
+        pad = 0.1 * (high - low) + 1e-9
+        ax.set_ylim(max(0.0, low - pad), high + pad)
+        ax.set_xticks(x, schedulers)
+        ax.set_title(label)
+        ax.grid(axis="y", alpha=0.3)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(modes), frameon=False,
+               title="mean over seeds, bars: 95 % interval")  # fmt: skip
+    fig.suptitle(report.title())
+    fig.tight_layout(rect=(0, 0.14, 1, 0.95))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

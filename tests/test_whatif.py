@@ -1,0 +1,120 @@
+"""`fairbroker whatif`: paired runs, intervals, ranking, recommendation and figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from conftest import run_fairbroker
+
+from allocator.sim.batch import parse_batch
+from allocator.sim.simulator import BatchSimulator
+from allocator.sim.whatif import Config, Report, rolling
+
+SMALL = {
+    "name": "small",
+    "agents": [
+        {"name": "a", "resources": {"cpus": 8, "mem": 4}},
+        {"name": "b", "resources": {"cpus": 4, "mem": 8}},
+    ],
+    "groups": [
+        {"name": "x", "queues": 2, "jobs_per_queue": 2, "demand": {"cpus": 2, "mem": 1},
+         "executors": 6, "job": {"work": 40, "jitter": {"work": 0.2, "random_release": True}}},
+        {"name": "y", "queues": 2, "jobs_per_queue": 2, "demand": {"cpus": 1, "mem": 2},
+         "executors": 6, "job": {"work": 30, "jitter": {"work": 0.2, "random_release": True}}},
+    ],
+}  # fmt: skip
+
+
+def test_whatif_json_matches_independent_runs_and_writes_both_figures(tmp_path: Path):
+    scenario = tmp_path / "small.yaml"
+    scenario.write_text(yaml.safe_dump(SMALL))
+    plot = tmp_path / "w.png"
+    done = run_fairbroker("whatif", str(scenario), "--seeds", "3", "--schedulers",
+                          "drf,psdsf", "--json", "--plot", str(plot))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    configs = out["configurations"]
+    assert len(configs) == 4 and out["seeds"] == 3
+    means = [c["makespan_s"]["mean"] for c in configs]
+    assert means == sorted(means) and [c["rank"] for c in configs] == [1, 2, 3, 4]
+    assert configs[0]["vs_fastest_s"] is None
+    assert all(isinstance(c["vs_fastest_s"]["significant"], bool) for c in configs[1:])
+    # The same numbers as three separate simulator runs at seeds 0, 1, 2.
+    spec = parse_batch(SMALL)
+    for c in configs:
+        runs = [BatchSimulator(spec, c["scheduler"], c["mode"], seed=s).run() for s in range(3)]
+        assert c["makespan_s"]["mean"] == pytest.approx(np.mean([r.makespan_s for r in runs]),
+                                                        abs=1e-3)  # fmt: skip
+        x_jct = [np.mean([j.finished - j.submitted for j in r.jobs if j.group == "x"])
+                 for r in runs]  # fmt: skip
+        assert c["jct_mean_s"]["x"]["mean"] == pytest.approx(np.mean(x_jct), abs=1e-3)
+        assert c["makespan_s"]["ci95"] > 0  # jittered work: the seeds differ
+    assert out["recommendation"].startswith("Recommendation: ")
+    assert out["figures"] == [str(plot), str(tmp_path / "w-summary.png")]
+    for figure in out["figures"]:
+        assert Path(figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--schedulers", "drf,fifo"], "--schedulers: 'fifo' is not one of"),
+    (["--modes", "fine"], "--modes: 'fine' is not one of"),
+    (["--seeds", "1"], "--seeds"),
+    (["--plot", "out.unknownext"], "unsupported file type"),
+])  # fmt: skip
+def test_bad_options_are_one_line_errors(tmp_path: Path, args, expected):
+    scenario = tmp_path / "small.yaml"
+    scenario.write_text(yaml.safe_dump(SMALL))
+    done = run_fairbroker("whatif", str(scenario), *args)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], done.stderr
+
+
+def report(makespans: dict[tuple[str, str], list[float]]) -> Report:
+    configs = []
+    for (name, mode), values in makespans.items():
+        c = Config(name, mode, makespan=list(values))
+        configs.append(c)
+    return Report("synthetic", len(next(iter(makespans.values()))), "role", "tick",
+                  ("cpus", "mem"), configs)  # fmt: skip
+
+
+def test_recommendation_and_marks_on_synthetic_runs():
+    base = np.array([1000.0, 1100, 900, 1050, 950])
+    wobble = np.array([1.0, -1, 2, -2, 0])
+    clear = report({
+        ("drf", "characterized"): base,
+        ("rpsdsf", "characterized"): base * 0.95 + wobble,  # 5 % sooner every seed
+        ("psdsf", "characterized"): base * 0.95 + 3 * wobble[::-1],  # the same within noise
+    })  # fmt: skip
+    ranked = [c.scheduler for c in clear.ranked()]
+    assert ranked[-1] == "drf"
+    line = clear.recommendation()
+    best = ranked[0]
+    assert line.startswith(f"Recommendation: {best}/characterized: 5.0% +- ")
+    assert "than DRF (characterized)" in line and "faster in 5 of 5 seeds" in line
+    other = "psdsf" if best == "rpsdsf" else "rpsdsf"
+    assert f"not distinguishable from {other}/characterized" in line
+    # The drf row is marked significant against the fastest; the near-tie is not.
+    marks = {c.scheduler: p for c, p in clear.against_best()}
+    assert marks["drf"].later() and not marks[other].later()
+    # Differences that seeds do not separate: keep DRF.
+    noisy = report({
+        ("drf", "oblivious"): base,
+        ("psdsf", "oblivious"): base - 5 + 40 * wobble,
+    })  # fmt: skip
+    assert noisy.recommendation().startswith("Recommendation: keep drf/oblivious")
+
+
+def test_rolling_mean_of_a_step_series_by_hand():
+    """0 until t = 10, then 1: a 10 s trailing mean ramps from 0 at t = 10 to 1 at t = 20."""
+    times = np.array([0.0, 10.0, 30.0])
+    values = np.array([[0.0], [1.0], [1.0]])
+    grid, smooth = rolling(times, values, window=10, step=1)
+    assert grid[0] == 0 and grid[-1] == 30
+    at = dict(zip(grid.tolist(), smooth[:, 0].tolist(), strict=True))
+    assert at[5.0] == 0.0 and at[14.0] == pytest.approx(0.5) and at[25.0] == pytest.approx(1.0)
