@@ -57,6 +57,9 @@ class NullBackend:
     def adopt(self, spec: LaunchSpec, handle: str) -> bool:
         return False
 
+    def reconcile(self, adopted, abandoned) -> None:
+        pass
+
     def stop(self, kill_executors: bool = True) -> None:
         pass
 

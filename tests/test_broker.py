@@ -64,6 +64,10 @@ class RecordingBackend:
     def adopt(self, spec: LaunchSpec, handle: str) -> bool:
         return (spec.tenant_id, spec.executor_id) in self.alive
 
+    def reconcile(self, adopted, abandoned) -> None:
+        for spec in abandoned:
+            self.killed.append((spec.tenant_id, spec.executor_id))
+
     def stop(self, kill_executors: bool = True) -> None:
         pass
 
@@ -185,10 +189,15 @@ def test_lease_expiry_reclaims_a_silent_tenant() -> None:
     time.sleep(0.3)
     broker.heartbeat("alive")
     broker.allocate_once()
-    assert "gone" not in broker.tenants and "alive" in broker.tenants
     assert sorted(e for t, e in backend.killed if t == "gone") == ["1", "2", "3"]
     with pytest.raises(ApiError, match="unknown tenant"):
         broker.heartbeat("gone")
+    # its capacity returns only as its processes exit (they get a grace period)
+    assert broker.engine.tasks_of("gone") == 3
+    for spec in [s for s in backend.launched if s.tenant_id == "gone"]:
+        backend.report(spec, ExecutorState.KILLED)
+    assert "gone" not in broker.tenants and "gone" not in broker.engine.frameworks
+    assert "alive" in broker.tenants
     broker.stop()
 
 

@@ -91,7 +91,13 @@ class Backend(Protocol):
         has executors pending (a Mesos framework suppresses offers when none has)."""
 
     def adopt(self, spec: LaunchSpec, handle: str) -> bool:
-        """After a broker restart: take over a running executor; False if it is gone."""
+        """After a broker restart: take over a running executor; False if it is gone.
+        `handle` is '' when the broker recorded the launch but not its start (a crash in
+        between): the backend looks for the executor by its identity."""
+
+    def reconcile(self, adopted: set[tuple[str, str]], abandoned: list[LaunchSpec]) -> None:
+        """After recovery: stop the executors the broker abandoned (tenant or agent gone) and
+        every other executor of this broker that was not adopted (tenant id, executor id)."""
 
     def stop(self, kill_executors: bool = True) -> None:
         """Stop reporting; with kill_executors, stop every executor this backend runs."""

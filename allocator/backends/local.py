@@ -9,6 +9,7 @@ An executor counts as RUNNING once its log says it registered with its driver.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -31,6 +32,10 @@ from allocator.errors import FairbrokerError
 log = logging.getLogger(__name__)
 
 REGISTERED_MARK = b"Successfully registered with driver"
+# Every executor carries `FAIRBROKER_EXECUTOR=TENANT/EXECUTOR/WORKDIR` in its environment, so
+# a restarted broker finds each process it started, recorded or not (the write-ahead row
+# may hold no pid when the broker died right after the fork).
+MARKER = "FAIRBROKER_EXECUTOR"
 POLL_SECONDS = 0.2
 KILL_GRACE_SECONDS = 5.0
 
@@ -101,6 +106,7 @@ class LocalCluster:
         self._events: BackendEvents | None = None
         self._stop = threading.Event()
         self._monitor: threading.Thread | None = None
+        self._found: dict[tuple[str, str], int] | None = None  # marked processes, at recovery
 
     # ---- Backend -----------------------------------------------------------------------
     def start(self, events: BackendEvents) -> None:
@@ -128,7 +134,11 @@ class LocalCluster:
             hostname=hostname,
             policy=self.env_policy,
             inherited=os.environ,
-            backend_env={"SPARK_LOCAL_IP": hostname, "SPARK_HOME": str(self.home)},
+            backend_env={
+                "SPARK_LOCAL_IP": hostname,
+                "SPARK_HOME": str(self.home),
+                MARKER: f"{spec.tenant_id}/{spec.executor_id}/{self.workdir.resolve()}",
+            },
         )
         directory = self.workdir / spec.agent / spec.tenant_id / f"executor-{spec.executor_id}"
         directory.mkdir(parents=True, exist_ok=True)
@@ -164,11 +174,8 @@ class LocalCluster:
         pass  # every launch started at once
 
     def adopt(self, spec: LaunchSpec, handle: str) -> bool:
-        try:
-            pid = int(handle)
-        except ValueError:
-            return False
-        if not _pid_is(pid, spec):
+        pid = self._marked().get((spec.tenant_id, spec.executor_id))
+        if pid is None or not _pid_is(pid, spec) or handle not in ("", str(pid)):
             return False
         directory = self.workdir / spec.agent / spec.tenant_id / f"executor-{spec.executor_id}"
         log_path = directory / "stderr"
@@ -176,6 +183,43 @@ class LocalCluster:
         with self._lock:
             self._procs[(spec.tenant_id, spec.executor_id)] = proc
         return True
+
+    def reconcile(self, adopted: set[tuple[str, str]], abandoned: list[LaunchSpec]) -> None:
+        """Stop (SIGKILL, as nobody wants them) every process group carrying this cluster's
+        marker that the broker did not adopt."""
+        for key, pid in self._marked().items():
+            if key not in adopted:
+                log.warning(
+                    "stopping orphaned executor %s/%s (pid %d): not adopted by the broker",
+                    *key, pid,
+                )  # fmt: skip
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+        self._found = None
+
+    def _marked(self) -> dict[tuple[str, str], int]:
+        """Process-group leaders on this host carrying this cluster's marker (read once per
+        recovery from /proc; processes of other users are not readable and not ours)."""
+        if self._found is None:
+            self._found = {}
+            suffix = f"/{self.workdir.resolve()}".encode()
+            prefix = f"{MARKER}=".encode()
+            for entry in os.scandir("/proc"):
+                if not entry.name.isdigit():
+                    continue
+                pid = int(entry.name)
+                try:
+                    if os.getpgid(pid) != pid:
+                        continue  # a Python worker of an executor, in its leader's group
+                    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                for item in environ:
+                    if item.startswith(prefix) and item.endswith(suffix):
+                        marker = item[len(prefix) : -len(suffix)].decode(errors="replace")
+                        tenant_id, _, executor_id = marker.partition("/")
+                        self._found[(tenant_id, executor_id)] = pid
+        return self._found
 
     def stop(self, kill_executors: bool = True) -> None:
         self._stop.set()

@@ -149,6 +149,7 @@ class MesosBackend:
         self._last_heartbeat = time.monotonic()
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
+        self._abandoned: set[str] = set()  # task ids the broker dropped at recovery
         self.framework_id: str | None = self._load_framework_id()
 
     # ---- Backend -----------------------------------------------------------------------
@@ -284,10 +285,19 @@ class MesosBackend:
                 self._call("killTask", {"value": f"{tenant_id}.{executor_id}"})
 
     def adopt(self, spec: LaunchSpec, handle: str) -> bool:
-        """After a broker restart: the task is assumed alive; reconciliation corrects it."""
+        """After a broker restart: the task is assumed alive; reconciliation corrects it
+        (a task whose launch was recorded but not its ACCEPT has its deterministic id)."""
+        task_id = handle or f"{spec.tenant_id}.{spec.executor_id}"
         with self._lock:
-            self._tasks[handle] = _Task(spec, spec.agent, spec.agent.split("@")[0], "TASK_RUNNING")
+            self._tasks[task_id] = _Task(spec, spec.agent, spec.agent.split("@")[0], "TASK_RUNNING")
         return True
+
+    def reconcile(self, adopted: set[tuple[str, str]], abandoned: list[LaunchSpec]) -> None:
+        """Kill the tasks of executors the broker abandoned at recovery (again once
+        subscribed, as the driver may not be connected yet)."""
+        self._abandoned.update(f"{spec.tenant_id}.{spec.executor_id}" for spec in abandoned)
+        for task_id in self._abandoned:
+            self._call("killTask", {"value": task_id})
 
     def stop(self, kill_executors: bool = True) -> None:
         self._stop.set()
@@ -309,6 +319,8 @@ class MesosBackend:
         self.framework_id = framework_id["value"]
         self._save_framework_id()
         log.info("registered with Mesos as framework %s", self.framework_id)
+        for task_id in self._abandoned:
+            self._call("killTask", {"value": task_id})
         self._reconcile(driver)
 
     @_guarded

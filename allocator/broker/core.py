@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from allocator.backends.base import AgentInfo, Backend, ExecutorState, LaunchSpec, TaskStatus
+from allocator.broker import faults
 from allocator.broker.errors import ApiError, invalid
 from allocator.broker.limits import Limits
 from allocator.broker.proto import pb
@@ -37,8 +38,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 30.0
 TICK_SECONDS = 1.0
-FAILURES_BEFORE_REFUSING = 2  # executor failures of a tenant on an agent before it rests
-FAILED_AGENT_REFUSE_SECONDS = 60.0
+FAILURES_BEFORE_REFUSING = 2  # quick executor failures of a tenant on an agent before it rests
+FAILED_AGENT_REFUSE_SECONDS = 60.0  # the first rest; each further quick failure doubles it
+MAX_REFUSE_SECONDS = 900.0
+QUICK_FAILURE_SECONDS = 60.0  # an executor failing this soon after its launch is crash-looping
+STOP_TIMEOUT_SECONDS = 60.0  # a dropped tenant whose executors never report their exit
 HISTORY = 10_000  # latency samples kept for reports and benchmarks
 
 
@@ -61,6 +65,9 @@ class Tenant:
     failures: dict[str, int] = field(default_factory=dict)  # agent -> failed launches
     grants: int = 0  # executors launched for it
     kills: int = 0  # executors killed at its request
+    # Dropped (unregistered, lease expired): unknown to the API, but its executors hold
+    # their capacity until their processes have exited.
+    stopping_since: float | None = None
 
     @property
     def tenant_id(self) -> str:
@@ -151,7 +158,7 @@ class Broker:
                     tenant = self._add_tenant(request, now)
                 except (ApiError, EngineError) as error:
                     log.warning("dropping stored tenant %s: %s", tenant_id, error)
-                    self.store.delete_tenant(tenant_id)
+                    self.store.delete_tenant(tenant_id, executors=False)  # stopped below
                     continue
                 tenant.next_executor = next_executor
                 self._set_target(tenant, target)
@@ -167,20 +174,28 @@ class Broker:
                 for name, capacity in held.items():
                     if name not in self.engine.agents:
                         self.agent_added(AgentInfo(name, "", capacity))
+            adopted: set[tuple[str, str]] = set()
+            abandoned: list[LaunchSpec] = []
             for spec, handle in stored:
                 tenant = self.tenants.get(spec.tenant_id)
                 if tenant is None or spec.agent not in self.agent_hosts:
+                    why = "its tenant is gone" if tenant is None else "its agent is gone"
+                    log.warning("stopping executor %s/%s: %s", *_key(spec), why)
+                    abandoned.append(spec)
                     self.store.delete_executor(spec.tenant_id, spec.executor_id)
                     continue
                 if not self.backend.adopt(spec, handle):
                     log.info("executor %s/%s is gone", spec.tenant_id, spec.executor_id)
                     self.store.delete_executor(spec.tenant_id, spec.executor_id)
                     continue
+                adopted.add(_key(spec))
                 self.engine.adopt(spec.tenant_id, spec.agent)
                 tenant.executors[spec.executor_id] = ExecutorRecord(
                     spec, ExecutorState.RUNNING, now, time.time()
                 )
                 log.info("re-adopted executor %s/%s on %s", *_key(spec), spec.agent)
+            # Whatever else the backend finds running for this broker is an orphan.
+            self.backend.reconcile(adopted, abandoned)
 
     # ---- tenant API --------------------------------------------------------------------
     def register(self, request: pb.RegisterRequest) -> pb.RegisterReply:
@@ -189,6 +204,11 @@ class Broker:
             tenant = self.tenants.get(request.tenant_id)
             if tenant is None:
                 tenant = self._add_tenant(request, now)
+            elif tenant.stopping_since is not None:
+                raise ApiError(
+                    "FAILED_PRECONDITION",
+                    f"tenant {tenant.tenant_id!r} is still stopping its executors; retry shortly",
+                )
             else:
                 self._check_same(tenant, request)
                 tenant.last_seen = now
@@ -297,7 +317,7 @@ class Broker:
 
     def _tenant(self, tenant_id: str) -> Tenant:
         tenant = self.tenants.get(tenant_id)
-        if tenant is None:
+        if tenant is None or tenant.stopping_since is not None:
             raise ApiError("NOT_FOUND", f"unknown tenant {printable(repr(tenant_id[:140]))}")
         return tenant
 
@@ -357,14 +377,27 @@ class Broker:
         self.engine.set_target(tenant.tenant_id, min(tenant.target, cap))
 
     def _drop_tenant(self, tenant: Tenant, why: str) -> None:
+        """Stop the tenant's executors; it leaves the engine (and its capacity returns)
+        only once the last of them has exited."""
         for executor_id, record in tenant.executors.items():
-            if not record.state.terminal:
+            if record.state is not ExecutorState.KILLING:
+                record.state = ExecutorState.KILLING
                 self.backend.kill(tenant.tenant_id, executor_id)
+        tenant.stopping_since = time.monotonic()
+        self.engine.set_target(tenant.tenant_id, 0)
+        self.store.delete_tenant(tenant.tenant_id, executors=False)
+        log.info(
+            "tenant %s %s; stopping its %d executors", tenant.tenant_id, why,
+            len(tenant.executors),
+        )  # fmt: skip
+        self._forget_if_stopped(tenant)
+
+    def _forget_if_stopped(self, tenant: Tenant) -> None:
+        if tenant.stopping_since is None or tenant.executors:
+            return
         self.engine.unregister(tenant.tenant_id)
         self._id_floor[tenant.tenant_id] = tenant.next_executor
         del self.tenants[tenant.tenant_id]
-        self.store.delete_tenant(tenant.tenant_id)
-        log.info("tenant %s %s; its executors are stopped", tenant.tenant_id, why)
         self._poke()
 
     def _poke(self) -> None:
@@ -393,24 +426,40 @@ class Broker:
                 "executor %s/%s on %s: %s (%s)",
                 status.tenant_id, status.executor_id, agent, status.state, status.message,
             )  # fmt: skip
-            never_registered = record.state is ExecutorState.LAUNCHING
             del tenant.executors[status.executor_id]
             self.store.delete_executor(status.tenant_id, status.executor_id)
             if agent in self.engine.agents:
                 self.engine.release(status.tenant_id, agent)
-            if status.state is ExecutorState.FAILED and never_registered:
-                tenant.failures[agent] = tenant.failures.get(agent, 0) + 1
-                if tenant.failures[agent] >= FAILURES_BEFORE_REFUSING:
-                    log.warning(
-                        "tenant %s: %d executors failed on %s before registering; resting it "
-                        "there for %.0f s", status.tenant_id, tenant.failures[agent], agent,
-                        FAILED_AGENT_REFUSE_SECONDS,
-                    )  # fmt: skip
-                    tenant.failures[agent] = 0
-                    self.engine.refuse(
-                        status.tenant_id, agent, time.monotonic() + FAILED_AGENT_REFUSE_SECONDS
-                    )
+            if tenant.stopping_since is None:
+                self._count_failure(tenant, record, status.state)
+            self._forget_if_stopped(tenant)
             self._poke()
+
+    def _count_failure(self, tenant: Tenant, record: ExecutorRecord, state: ExecutorState) -> None:
+        """Crash-loop protection: executors failing soon after their launch (before they
+        register with their driver, or on Mesos soon after TASK_RUNNING) rest the tenant on
+        that agent, for twice as long at each further quick failure."""
+        agent = record.spec.agent
+        quick = (
+            record.state is ExecutorState.LAUNCHING
+            or time.monotonic() - record.granted_at < QUICK_FAILURE_SECONDS
+        )
+        if state is not ExecutorState.FAILED or not quick:
+            if state is not ExecutorState.KILLED:
+                tenant.failures.pop(agent, None)  # it ran: the launch spec works there
+            return
+        failures = tenant.failures[agent] = tenant.failures.get(agent, 0) + 1
+        if failures < FAILURES_BEFORE_REFUSING:
+            return
+        rest = min(
+            MAX_REFUSE_SECONDS,
+            FAILED_AGENT_REFUSE_SECONDS * 2 ** (failures - FAILURES_BEFORE_REFUSING),
+        )
+        log.warning(
+            "tenant %s: %d executors in a row failed soon after their launch on %s; "
+            "resting it there for %.0f s", tenant.tenant_id, failures, agent, rest,
+        )  # fmt: skip
+        self.engine.refuse(tenant.tenant_id, agent, time.monotonic() + rest)
 
     def agent_added(self, agent: AgentInfo) -> None:
         capacity = {r: v for r, v in agent.resources.items() if r in self.engine.resources}
@@ -435,6 +484,7 @@ class Broker:
                         log.warning("executor %s/%s lost with agent %s", *_key(record.spec), name)
                         del tenant.executors[executor_id]
                         self.store.delete_executor(tenant.tenant_id, executor_id)
+                self._forget_if_stopped(tenant)
             self.agent_hosts.pop(name, None)
             self.agent_attributes.pop(name, None)
             self._poke()
@@ -449,6 +499,17 @@ class Broker:
 
     def _expire_leases(self, now: float) -> None:
         for tenant in list(self.tenants.values()):
+            if tenant.stopping_since is not None:
+                if now - tenant.stopping_since > STOP_TIMEOUT_SECONDS:
+                    log.warning(
+                        "tenant %s: %d executors never reported their exit; forgetting them",
+                        tenant.tenant_id, len(tenant.executors),
+                    )  # fmt: skip
+                    for executor_id in list(tenant.executors):
+                        self.store.delete_executor(tenant.tenant_id, executor_id)
+                    tenant.executors.clear()
+                    self._forget_if_stopped(tenant)
+                continue
             if now - tenant.last_seen > self.lease_seconds:
                 log.warning(
                     "tenant %s sent nothing for %.0f s (lease %.0f s)",
@@ -487,7 +548,6 @@ class Broker:
         launch = tenant.request.launch
         executor_id = str(tenant.next_executor)
         tenant.next_executor += 1
-        self.store.set_next_executor(tenant.tenant_id, tenant.next_executor)
         spec = LaunchSpec(
             tenant_id=tenant.tenant_id,
             executor_id=executor_id,
@@ -500,20 +560,26 @@ class Broker:
             resource_profile_id=int(launch.resource_profile_id),
             environment=dict(launch.environment),
         )
+        # Write-ahead: the executor is on disk before its process exists, so a crash at any
+        # point leaves a row the next start reconciles (adopts or stops), never an orphan.
+        self.store.record_launch(spec, tenant.next_executor)
         record = ExecutorRecord(spec, ExecutorState.LAUNCHING, now, time.time())
         tenant.executors[executor_id] = record
         tenant.grants += 1
+        faults.point("before-launch")
         try:
             handle = self.backend.launch(spec)
         except Exception as error:  # a launch failure must not stop the loop
             log.error("launch of %s/%s on %s failed: %s", *_key(spec), agent, error)
             del tenant.executors[executor_id]
+            self.store.delete_executor(tenant.tenant_id, executor_id)
             self.engine.release(tenant.tenant_id, agent)
             self.engine.refuse(
                 tenant.tenant_id, agent, time.monotonic() + FAILED_AGENT_REFUSE_SECONDS
             )
             return
-        self.store.save_executor(spec, handle)
+        faults.point("after-launch")
+        self.store.set_handle(tenant.tenant_id, executor_id, handle)
 
     def _run_loop(self) -> None:
         next_tick = time.monotonic()

@@ -21,9 +21,13 @@ CREATE TABLE IF NOT EXISTS tenants (
 );
 CREATE TABLE IF NOT EXISTS executors (
   tenant_id TEXT NOT NULL, executor_id TEXT NOT NULL, spec TEXT NOT NULL,
-  handle TEXT NOT NULL, PRIMARY KEY (tenant_id, executor_id)
+  handle TEXT NOT NULL, state TEXT NOT NULL DEFAULT 'LAUNCHED',
+  PRIMARY KEY (tenant_id, executor_id)
 );
 """
+# An executor row is written before its process is started (LAUNCHING, no handle yet) and
+# gets its handle once started (LAUNCHED): a crash in between leaves the intent on disk.
+LAUNCHING, LAUNCHED = "LAUNCHING", "LAUNCHED"
 
 
 class Store:
@@ -41,12 +45,30 @@ class Store:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
+            columns = [row[1] for row in self._db.execute("PRAGMA table_info(executors)")]
+            if "state" not in columns:  # a state file from before the write-ahead rows
+                self._db.execute(
+                    f"ALTER TABLE executors ADD COLUMN state TEXT NOT NULL DEFAULT '{LAUNCHED}'"
+                )
 
     def _run(self, sql: str, *args: object) -> list[tuple]:
         if self._db is None:
             return []
         with self._lock:
             return self._db.execute(sql, args).fetchall()
+
+    def _transaction(self, *statements: tuple[str, tuple]) -> None:
+        if self._db is None:
+            return
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, args in statements:
+                    self._db.execute(sql, args)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     def save_tenant(self, tenant_id: str, request: bytes, target: int, next_executor: int) -> None:
         self._run(
@@ -62,14 +84,32 @@ class Store:
             "UPDATE tenants SET next_executor = ? WHERE tenant_id = ?", next_executor, tenant_id
         )
 
-    def delete_tenant(self, tenant_id: str) -> None:
-        self._run("DELETE FROM executors WHERE tenant_id = ?", tenant_id)
+    def delete_tenant(self, tenant_id: str, executors: bool = True) -> None:
+        """Forget a tenant; with executors=False its executor rows stay until each exits."""
+        if executors:
+            self._run("DELETE FROM executors WHERE tenant_id = ?", tenant_id)
         self._run("DELETE FROM tenants WHERE tenant_id = ?", tenant_id)
+
+    def record_launch(self, spec: LaunchSpec, next_executor: int) -> None:
+        """Write-ahead: the executor (LAUNCHING, no handle) and the tenant's next id, before
+        the backend starts anything."""
+        self._transaction(
+            ("UPDATE tenants SET next_executor = ? WHERE tenant_id = ?",
+             (next_executor, spec.tenant_id)),
+            ("INSERT OR REPLACE INTO executors VALUES (?, ?, ?, '', ?)",
+             (spec.tenant_id, spec.executor_id, json.dumps(asdict(spec)), LAUNCHING)),
+        )  # fmt: skip
+
+    def set_handle(self, tenant_id: str, executor_id: str, handle: str) -> None:
+        self._run(
+            "UPDATE executors SET handle = ?, state = ? WHERE tenant_id = ? AND executor_id = ?",
+            handle, LAUNCHED, tenant_id, executor_id,
+        )  # fmt: skip
 
     def save_executor(self, spec: LaunchSpec, handle: str) -> None:
         self._run(
-            "INSERT OR REPLACE INTO executors VALUES (?, ?, ?, ?)",
-            spec.tenant_id, spec.executor_id, json.dumps(asdict(spec)), handle,
+            "INSERT OR REPLACE INTO executors VALUES (?, ?, ?, ?, ?)",
+            spec.tenant_id, spec.executor_id, json.dumps(asdict(spec)), handle, LAUNCHED,
         )  # fmt: skip
 
     def delete_executor(self, tenant_id: str, executor_id: str) -> None:
@@ -81,6 +121,7 @@ class Store:
         return self._run("SELECT tenant_id, request, target, next_executor FROM tenants")
 
     def executors(self) -> list[tuple[LaunchSpec, str]]:
+        """Stored executors and their handles ('' for one whose start was not recorded)."""
         rows = self._run("SELECT spec, handle FROM executors")
         return [(LaunchSpec(**json.loads(spec)), handle) for spec, handle in rows]
 

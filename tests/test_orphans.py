@@ -1,0 +1,243 @@
+"""No executor is ever orphaned: the launch is recorded before the fork, a restarted broker
+adopts or stops every process carrying its marker (crashes injected at exact points, real
+processes), capacity returns only when the process has exited, and a crash-looping launch
+backs off exponentially on both backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_broker import AGENTS, PI, RecordingBackend, request
+from test_mesos_backend import RecordingDriver, offer, tenant
+
+from allocator.backends.base import ExecutorState
+from allocator.backends.local import MARKER, LocalCluster
+from allocator.backends.mesos import MesosBackend, MesosOptions
+from allocator.broker import core
+from allocator.broker.core import Broker
+from allocator.broker.faults import FAULT_ENV
+from allocator.broker.limits import Limits
+from allocator.broker.store import Store
+
+CHILD = """
+import json, sys
+from pathlib import Path
+from allocator.backends.base import AgentInfo
+from allocator.backends.local import LocalCluster
+from allocator.broker.core import Broker
+from allocator.broker.proto import pb
+from allocator.broker.store import Store
+from google.protobuf import json_format
+state, home = Path(sys.argv[1]), Path(sys.argv[2])
+agents, req = json.loads(sys.argv[3]), sys.argv[4]
+cluster = LocalCluster([AgentInfo(**a) for a in agents], state / "agents", home)
+broker = Broker(cluster, "drf", store=Store(state / "broker.sqlite"))
+broker.start(loop=False)
+broker.register(json_format.Parse(req, pb.RegisterRequest()))
+broker.allocate_once()
+print("no crash")
+"""
+
+
+@pytest.fixture
+def fake_spark(tmp_path: Path) -> Path:
+    """spark-class as a bash script that stays alive (its command line keeps the executor's
+    arguments, as the real JVM's does) until it is stopped."""
+    home = tmp_path / "spark"
+    (home / "bin").mkdir(parents=True)
+    script = home / "bin" / "spark-class"
+    script.write_text("#!/bin/bash\nsleep 120\n")
+    script.chmod(0o755)
+    return home
+
+
+def marked_pids(workdir: Path) -> dict[str, int]:
+    """executor id -> pid of the live process-group leaders carrying this workdir's marker."""
+    out = {}
+    suffix = f"/{workdir.resolve()}"
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            if os.getpgid(pid) != pid:
+                continue
+            environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        for item in environ.split("\0"):
+            if item.startswith(f"{MARKER}=") and item.endswith(suffix):
+                out[item.split("=", 1)[1].split("/")[1]] = pid
+    return out
+
+
+def wait_until(condition, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def crash_at(fault: str, state: Path, home: Path) -> None:
+    from google.protobuf import json_format
+
+    agents = [{"name": a.name, "hostname": a.hostname, "resources": a.resources} for a in AGENTS]
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(state), str(home), json.dumps(agents),
+         json_format.MessageToJson(request("pi", PI, target=1))],
+        env={**os.environ, FAULT_ENV: fault}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == -9, done.stderr  # SIGKILLed at the fault point, for real
+
+
+def restart(state: Path, home: Path, limits: Limits | None = None) -> Broker:
+    cluster = LocalCluster(AGENTS, state / "agents", home)
+    broker = Broker(cluster, "drf", store=Store(state / "broker.sqlite"), limits=limits)
+    broker.start(loop=False)
+    return broker
+
+
+def test_crash_between_fork_and_record_adopts_the_executor(tmp_path, fake_spark) -> None:
+    state = tmp_path / "state"
+    crash_at("after-launch", state, fake_spark)
+    orphan = marked_pids(state / "agents")
+    assert list(orphan) == ["1"]  # the fork happened; its pid was never recorded
+    broker = restart(state, fake_spark)
+    try:
+        assert set(broker.tenants["pi"].executors) == {"1"}
+        assert broker.engine.tasks_of("pi") == 1
+        assert broker.allocate_once() == 0  # its capacity is not granted a second time
+        assert marked_pids(state / "agents") == orphan
+    finally:
+        broker.stop()
+    wait_until(lambda: not marked_pids(state / "agents"))
+
+
+def test_crash_between_record_and_fork_relaunches_with_a_fresh_id(tmp_path, fake_spark) -> None:
+    state = tmp_path / "state"
+    crash_at("before-launch", state, fake_spark)
+    assert marked_pids(state / "agents") == {}
+    broker = restart(state, fake_spark)
+    try:
+        assert broker.tenants["pi"].executors == {} and broker.engine.tasks_of("pi") == 0
+        assert broker.allocate_once() == 1
+        assert list(broker.tenants["pi"].executors) == ["2"]  # id 1 is never reused
+        wait_until(lambda: list(marked_pids(state / "agents")) == ["2"])
+    finally:
+        broker.stop()
+    wait_until(lambda: not marked_pids(state / "agents"))
+
+
+def test_executors_of_a_tenant_that_no_longer_validates_are_stopped(
+    tmp_path, fake_spark, caplog
+) -> None:
+    state = tmp_path / "state"
+    crash_at("after-launch", state, fake_spark)
+    assert list(marked_pids(state / "agents")) == ["1"]
+    stricter = Limits().with_settings(["min_demand.cpus=4"])  # PI asks for 2
+    broker = restart(state, fake_spark, stricter)
+    try:
+        assert broker.tenants == {}
+        wait_until(lambda: not marked_pids(state / "agents"))
+        assert "stopping executor pi/1: its tenant is gone" in caplog.text
+    finally:
+        broker.stop()
+
+
+def test_unmarked_record_free_processes_are_killed_at_start(tmp_path, fake_spark) -> None:
+    """A marked process the state file does not know at all (the row was lost) is stopped."""
+    state = tmp_path / "state"
+    crash_at("after-launch", state, fake_spark)
+    Store(state / "broker.sqlite")._run("DELETE FROM executors")
+    broker = restart(state, fake_spark)
+    try:
+        wait_until(lambda: not marked_pids(state / "agents"))
+        assert broker.engine.tasks_of("pi") == 0
+    finally:
+        broker.stop()
+
+
+def test_capacity_returns_only_when_the_process_has_exited() -> None:
+    backend = RecordingBackend(agents=[AGENTS[1]])  # t2: 8 cpus
+    broker = Broker(backend, "drf")
+    broker.start(loop=False)
+    broker.register(request("a", PI, target=4))
+    assert broker.allocate_once() == 4
+    broker.unregister("a")
+    broker.register(request("b", PI, target=4))
+    assert broker.allocate_once() == 0  # a's processes are still in their grace period
+    for spec in list(backend.launched):
+        backend.report(spec, ExecutorState.KILLED)
+    assert broker.allocate_once() == 4
+    broker.stop()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_crash_loop_backs_off_exponentially_and_resets_after_a_healthy_run(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(core.time, "monotonic", clock)
+    backend = RecordingBackend(agents=[AGENTS[1]])
+    broker = Broker(backend, "drf")
+    broker.start(loop=False)
+    broker.register(request("pi", PI, target=1))
+
+    def launch_and_fail(after: float = 1.0) -> bool:
+        broker.heartbeat("pi")
+        if broker.allocate_once() == 0:
+            return False
+        spec = backend.launched[-1]
+        backend.report(spec, ExecutorState.RUNNING)  # Mesos: TASK_RUNNING ...
+        clock.now += after
+        backend.report(spec, ExecutorState.FAILED)  # ... then TASK_FAILED soon after
+        return True
+
+    assert launch_and_fail() and launch_and_fail()  # two quick failures: a 60 s rest
+    rests = []
+    for _ in range(3):
+        waited = 0
+        while not launch_and_fail():
+            clock.now += 10
+            waited += 10
+            assert waited < 2000
+        rests.append(waited)
+    assert rests == [60, 120, 240]
+    clock.now += 480
+    assert launch_and_fail(after=300)  # it ran for five minutes: the spec works here
+    assert launch_and_fail()  # so one quick failure alone does not rest it
+    assert launch_and_fail()
+    broker.stop()
+
+
+def test_mesos_task_failed_soon_after_running_rests_the_tenant_on_that_agent(tmp_path):
+    driver = RecordingDriver()
+    backend = MesosBackend(
+        MesosOptions(master="127.0.0.1:5050", state_dir=tmp_path),
+        driver_factory=lambda *_: driver,
+    )
+    broker = Broker(backend, "drf")
+    broker.start(loop=False)
+    backend.registered(driver, {"value": "fw-1"}, {})
+    broker.register(tenant("pi", 2, 1024, target=1))
+    for n in range(1, 4):
+        backend.resourceOffers(driver, [offer(f"o{n}", "a1", "h1", 8, 4096)])
+        launched = broker.allocate_once()
+        if n == 3:
+            assert launched == 0  # resting on a1 after two quick failures
+            break
+        assert launched == 1
+        for state in ("TASK_RUNNING", "TASK_FAILED"):
+            backend.statusUpdate(driver, {"task_id": {"value": f"pi.{n}"}, "state": state})
+    broker.stop(kill_executors=False)
