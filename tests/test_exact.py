@@ -1,0 +1,245 @@
+"""Exact (divisible) solvers: the papers' numbers, independent optimality checks on random
+small instances, and feasibility (hypothesis)."""
+
+from __future__ import annotations
+
+import itertools
+from importlib.resources import files
+
+import numpy as np
+import pytest
+from conftest import make_cluster
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import LinearConstraint, milp, minimize
+from scipy.sparse import coo_array
+
+from allocator.errors import ScenarioError
+from allocator.exact import solve
+from allocator.exact.alpha import alpha_psdsf
+from allocator.exact.common import dominant_share_per_task
+from allocator.exact.psdsf import per_server_drf
+from allocator.exact.tsf import tasks_alone
+from allocator.model import Cluster
+from allocator.optimal import _constraints
+from allocator.properties import psdsf_violations, tasks_from_bundles
+from allocator.scenario import load_scenario
+
+EXACT = ("drfh", "psdsf-exact", "tsf-exact", "alpha-psdsf")
+
+
+def data(name: str) -> Cluster:
+    return load_scenario(files("allocator") / "data" / name)
+
+
+@pytest.fixture(scope="module")
+def fig1() -> Cluster:
+    return data("paper000-example.yaml")
+
+
+@pytest.fixture(scope="module")
+def modified() -> Cluster:
+    return data("paper000-modified.yaml")
+
+
+def test_paper000_fig1(fig1: Cluster) -> None:
+    np.testing.assert_allclose(solve(fig1, "psdsf-exact").totals, [2, 6, 8, 8], atol=1e-6)
+    np.testing.assert_allclose(solve(fig1, "drfh").totals, [3, 3, 8, 8], atol=1e-6)
+    np.testing.assert_allclose(tasks_alone(fig1), [4, 12, 20, 20], atol=1e-9)
+    np.testing.assert_allclose(
+        solve(fig1, "tsf-exact").totals, [5 / 3, 5, 25 / 3, 25 / 3], atol=1e-6
+    )
+
+
+def test_paper000_modified_example(modified: Cluster) -> None:
+    gamma = modified.fit()
+    np.testing.assert_allclose(gamma, [[4, 0], [12, 0], [4, 16], [8, 8]], atol=1e-9)
+    result = solve(modified, "psdsf-exact")
+    assert result.converged
+    np.testing.assert_allclose(result.totals, [2, 6, 32 / 3, 16 / 3], atol=1e-6)
+    # The stated virtual dominant shares s_{n,i} = x_n / gamma_{n,i}.
+    shares = result.totals[:, None] / np.where(gamma > 0, gamma, np.nan)
+    np.testing.assert_allclose(shares[:, 0], [0.5, 0.5, 8 / 3, 2 / 3], atol=1e-6)
+    np.testing.assert_allclose(shares[2:, 1], [2 / 3, 2 / 3], atol=1e-6)
+    assert psdsf_violations(modified, result.tasks) == []
+    np.testing.assert_allclose(solve(modified, "drfh").totals, [3, 3, 6.4, 6.4], atol=1e-6)
+    tsf = solve(modified, "tsf-exact")
+    np.testing.assert_allclose(tsf.totals / tasks_alone(modified), 16 / 37, atol=1e-6)
+
+
+def test_progressive_filling_misses_def4_on_the_modified_example(modified: Cluster) -> None:
+    """The digest's caveat: progressive filling's (1.33, 4, 13.9, 6.9) breaks Def. 4."""
+    from allocator.trials import run_trials
+
+    fill = run_trials(modified, "psdsf", trials=1, seed=0, with_optimum=False)
+    assert psdsf_violations(modified, fill.tasks_mean, integer=True) != []
+
+
+def test_paper001_fig1() -> None:
+    cluster = data("paper001-fig1.yaml")
+    np.testing.assert_allclose(per_server_drf(cluster).sum(axis=1), [6, 6], atol=1e-9)
+    result = solve(cluster, "drfh")
+    np.testing.assert_allclose(result.tasks, [[10, 0], [0, 10]], atol=1e-6)
+    g = result.totals * dominant_share_per_task(cluster)
+    np.testing.assert_allclose(g, [5 / 7, 5 / 7], atol=1e-9)
+    # The sharing-incentive benchmarks, as U1 sees them: (a) half of every server,
+    # (b) (1.5, 5.5) on S1 and (5.5, 1.5) on S2.
+    d1 = cluster.demand[0]
+    assert tasks_from_bundles(d1, cluster.capacity / 2) == pytest.approx(6)
+    assert tasks_from_bundles(d1, np.array([[1.5, 5.5], [5.5, 1.5]])) == pytest.approx(7)
+
+
+def test_paper002_continuous_optimum(example: Cluster) -> None:
+    for policy in ("drfh", "tsf-exact"):
+        x = solve(example, policy).tasks
+        np.testing.assert_allclose(x, [[235 / 12, 25 / 12], [25 / 12, 235 / 12]], atol=1e-6)
+
+
+def test_alpha_one_is_proportional_fairness_on_tasks(modified: Cluster) -> None:
+    """alpha = 1: the equilibrium maximises sum_n phi_n log x_n (solved here by SLSQP)."""
+    result = alpha_psdsf(modified, 1.0)
+    pairs, constraint, _ = _constraints(modified)
+    owner = coo_array(
+        (np.ones(len(pairs)), (pairs[:, 0], np.arange(len(pairs)))),
+        shape=(modified.n_frameworks, len(pairs)),
+    ).toarray()
+    finite = np.isfinite(constraint.ub)
+    matrix, upper = constraint.A.toarray()[finite], constraint.ub[finite]
+    best = minimize(
+        lambda v: -np.log(owner @ v + 1e-12).sum(),
+        np.full(len(pairs), 0.5),
+        jac=lambda v: -(owner / (owner @ v + 1e-12)[:, None]).sum(axis=0),
+        constraints=[{"type": "ineq", "fun": lambda v: upper - matrix @ v}],
+        bounds=[(0, None)] * len(pairs),
+        method="SLSQP",
+        options={"ftol": 1e-13, "maxiter": 1000},
+    )
+    np.testing.assert_allclose(result.totals, owner @ best.x, rtol=1e-4)
+
+
+def test_alpha_trades_efficiency_for_fairness(modified: Cluster) -> None:
+    totals = [alpha_psdsf(modified, a).totals for a in (0.5, 1, 3, 10, 50)]
+    sums = [t.sum() for t in totals]
+    assert all(a >= b - 1e-9 for a, b in itertools.pairwise(sums))
+    assert sums[0] > sums[-1] + 2
+    psdsf = solve(modified, "psdsf-exact").totals
+    np.testing.assert_allclose(totals[-1], psdsf, rtol=0.02)  # alpha -> infinity: PS-DSF
+
+
+def test_bad_input_is_one_line(fig1: Cluster) -> None:
+    with pytest.raises(ScenarioError, match="policy: unknown 'nope'"):
+        solve(fig1, "nope")
+    with pytest.raises(ScenarioError, match="alpha: must be a positive"):
+        solve(fig1, "alpha-psdsf", alpha=0)
+    big = Cluster.from_arrays(np.ones((500, 2)), np.full((401, 2), 0.1))
+    with pytest.raises(ScenarioError, match="use `fairbroker fill`"):
+        solve(big, "drfh")
+
+
+# ---- random small instances --------------------------------------------------------------
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> Cluster:
+    n_r = draw(st.integers(2, 3))
+    n_a = draw(st.integers(1, 3))
+    n_f = draw(st.integers(1, 4))
+    positive = st.lists(st.integers(1, 30), min_size=n_r, max_size=n_r)
+    capacity = draw(st.lists(positive, min_size=n_a, max_size=n_a))
+    small = st.lists(st.integers(0, 8), min_size=n_r, max_size=n_r).filter(any)
+    demand = draw(st.lists(small, min_size=n_f, max_size=n_f))
+    weight = draw(st.lists(st.sampled_from([0.5, 1.0, 2.0]), min_size=n_f, max_size=n_f))
+    eligible = np.array(
+        draw(
+            st.lists(
+                st.lists(st.booleans(), min_size=n_a, max_size=n_a), min_size=n_f, max_size=n_f
+            )
+        )
+    )
+    eligible[
+        np.arange(n_f), draw(st.lists(st.integers(0, n_a - 1), min_size=n_f, max_size=n_f))
+    ] = True
+    max_tasks = draw(
+        st.lists(st.one_of(st.just(np.inf), st.integers(1, 6)), min_size=n_f, max_size=n_f)
+    )
+    capacity = np.array(capacity, dtype=float)
+    demand = np.array(demand, dtype=float)
+    # Every framework fits on each of its eligible agents (the scenario loader's rule is
+    # "at least one"; all of them keeps the draw simple).
+    capacity = np.maximum(capacity, (demand[:, None, :] * eligible[:, :, None]).max(axis=0))
+    return make_cluster(
+        capacity.tolist(),
+        demand.tolist(),
+        weight,
+        eligible.tolist(),
+        max_tasks,
+        resources=("cpus", "mem", "disk")[:n_r],
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(clusters(), st.sampled_from(EXACT))
+def test_every_solver_respects_capacity_eligibility_and_limits(cluster: Cluster, policy):
+    x = solve(cluster, policy).tasks
+    assert (x >= -1e-9).all()
+    assert (x[~cluster.eligible] <= 1e-9).all()
+    used = x.T @ cluster.demand
+    assert (used <= cluster.capacity * (1 + 1e-6) + 1e-9).all()
+    assert (x.sum(axis=1) <= cluster.max_tasks * (1 + 1e-6) + 1e-9).all()
+
+
+def _leximin_by_tests(cluster: Cluster, w: np.ndarray) -> np.ndarray:
+    """Brute-force weighted max-min levels of v_n = w_n x_n: the textbook water-filling that
+    raises a common level t and then tests every framework with an LP of its own ("can n
+    exceed t while the others keep theirs?"), instead of reading the solver's duals."""
+    pairs, constraint, bounds = _constraints(cluster)
+    n_f, n_p = cluster.n_frameworks, len(pairs)
+    per = coo_array((w[pairs[:, 0]], (pairs[:, 0], np.arange(n_p))), shape=(n_f, n_p))
+    per = per.toarray()
+    level = np.zeros(n_f)
+    active = cluster.eligible.any(axis=1)
+
+    def best(cost: np.ndarray, rows: np.ndarray, low: np.ndarray) -> float:
+        extra = LinearConstraint(rows, low, np.inf)
+        return -milp(cost, constraints=[constraint, extra], bounds=bounds).fun
+
+    while active.any():
+        # max t with v_n - t >= 0 for active n and v_m >= level_m for the rest (t last)
+        rows = np.hstack([per, -active[:, None].astype(float)])
+        low = np.where(active, 0.0, level * (1 - 1e-9))
+        wide = LinearConstraint(
+            np.hstack([constraint.A.toarray(), np.zeros((len(constraint.ub), 1))]),
+            -np.inf,
+            constraint.ub,
+        )
+        t = -milp(
+            np.r_[np.zeros(n_p), -1.0],
+            constraints=[wide, LinearConstraint(rows, low, np.inf)],
+            bounds=(0, np.inf),
+        ).fun
+        floor = np.where(active, t, level) * (1 - 1e-9)
+        stuck = [
+            n for n in np.flatnonzero(active) if best(-per[n], per, floor) <= t * (1 + 1e-7) + 1e-12
+        ]
+        level[stuck] = t
+        active[stuck] = False
+    return level
+
+
+@settings(max_examples=25, deadline=None)
+@given(clusters(), st.sampled_from(["drfh", "tsf-exact"]))
+def test_max_min_solvers_agree_with_brute_force(cluster: Cluster, policy: str) -> None:
+    if policy == "drfh":
+        w = dominant_share_per_task(cluster) / cluster.weight
+    else:
+        w = 1 / (cluster.weight * tasks_alone(cluster))
+    value = solve(cluster, policy).totals * w
+    np.testing.assert_allclose(value, _leximin_by_tests(cluster, w), rtol=1e-5, atol=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(clusters())
+def test_exact_psdsf_satisfies_def4(cluster: Cluster) -> None:
+    result = solve(cluster, "psdsf-exact")
+    assert result.converged
+    assert psdsf_violations(cluster, result.tasks) == []
