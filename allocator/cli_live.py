@@ -353,7 +353,12 @@ def batch(
         if service is not None:
             service.stop(kill_executors=True)
     data = result.to_json()
+    from allocator.batch import prediction
+
+    predicted = prediction.predict(spec)
+    data["prediction"] = predicted.to_json()
     (workdir / "result.json").write_text(json.dumps(data, indent=2) + "\n")
+    prediction.plot(predicted, data, workdir / "prediction.png")
     if result.series is not None:
         result.plot(workdir / "allocation.png")
         series = result.series
@@ -362,8 +367,10 @@ def batch(
         click.echo(json.dumps(data, indent=2))
     else:
         click.echo(result.render_summary())
+        click.echo("\n" + prediction.render(predicted, data))
         click.echo(f"\nwrote {workdir / 'result.json'}, {workdir / 'allocation.png'}, "
-                   f"{workdir / 'allocation.csv'}, job logs in {workdir / 'jobs'}")  # fmt: skip
+                   f"{workdir / 'allocation.csv'}, {workdir / 'prediction.png'}, "
+                   f"job logs in {workdir / 'jobs'}")  # fmt: skip
     if result.failures:
         raise click.ClickException(f"{len(result.failures)} job(s) failed; see their logs")
 

@@ -118,3 +118,25 @@ def test_rolling_mean_of_a_step_series_by_hand():
     assert grid[0] == 0 and grid[-1] == 30
     at = dict(zip(grid.tolist(), smooth[:, 0].tolist(), strict=True))
     assert at[5.0] == 0.0 and at[14.0] == pytest.approx(0.5) and at[25.0] == pytest.approx(1.0)
+
+
+def test_all_tied_says_so():
+    runs = [100.0, 110.0]
+    same = report({("drf", "characterized"): runs, ("psdsf", "oblivious"): runs})
+    assert same.recommendation().startswith("Recommendation: none: all 2 configurations")
+
+
+def test_live_batch_prediction_sits_beside_the_live_numbers(tmp_path: Path):
+    from allocator.batch import prediction
+
+    predicted = prediction.predict(parse_batch(SMALL), seeds=2)
+    assert len(predicted.configs) == 12 and predicted.seeds == 2
+    live = {"scheduler": "psdsf", "mode": "oblivious", "makespan_s": 123.4,
+            "jct_by_group_s": {"x": {"mean": 40.5}, "y": {"mean": None}}}  # fmt: skip
+    text = prediction.render(predicted, live).splitlines()
+    row = next(k for k, line in enumerate(text) if line.startswith("psdsf     oblivious"))
+    assert text[row + 1].split() == ["live", "123.4", "40.5", "-"]
+    assert sum(line.strip().startswith("live") for line in text) == 1
+    assert text[-1].startswith("Predicted best: ")
+    prediction.plot(predicted, live, tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"

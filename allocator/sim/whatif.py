@@ -79,6 +79,11 @@ class Report:
         base = self.baseline(best.mode)
         tied = [c.label for c, p in self.against_best()[1:] if p is not None and not p.later()]
         also = f"; not distinguishable from {', '.join(tied)}" if tied else ""
+        if (base is None or base is best) and len(tied) == len(self.configs) - 1:
+            return (
+                f"Recommendation: none: all {len(self.configs)} configurations are within "
+                f"each other's intervals ({best.label} {estimate(best.makespan).fmt()} s)."
+            )
         if base is None or base is best:
             return (
                 f"Recommendation: {best.label} has the shortest makespan "
