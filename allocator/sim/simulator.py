@@ -122,6 +122,9 @@ class BatchSimulator:
         self.jobs: list[Job] = []
         self._by_framework: dict[str, Job] = {}
         self._queues: dict[tuple[str, int], int] = {}  # jobs submitted so far per queue
+        self._unfinished: dict[str, int] = {}  # per group: submitted, not finished
+        self._finished = 0
+        self._total = sum(g.queues * g.jobs_per_queue for g in batch.groups)
         self.series = AllocationSeries(self.engine)
 
     def _at(self, time: float, kind: str, payload: object = None) -> None:
@@ -148,6 +151,7 @@ class BatchSimulator:
             submitted=self.now,
         )
         self.jobs.append(job)
+        self._unfinished[group.name] = self._unfinished.get(group.name, 0) + 1
         self._by_framework[job.name] = job
         self._at(self.now + job.model.startup_s, "register", (group_index, job))
 
@@ -193,6 +197,8 @@ class BatchSimulator:
 
     def _end(self, job: Job) -> None:
         job.finished = self.now
+        self._unfinished[job.group] -= 1
+        self._finished += 1
         count = len(job.placed)
         delays = job.draws.release_delays(count)
         for delay, (executor, agent) in zip(delays, job.placed, strict=True):
@@ -215,12 +221,7 @@ class BatchSimulator:
             self._grant(grant.framework, grant.agent, grant.tasks)
 
     def _all_done(self) -> bool:
-        total = sum(g.queues * g.jobs_per_queue for g in self.batch.groups)
-        return (
-            len(self.jobs) == total
-            and all(not np.isnan(j.finished) for j in self.jobs)
-            and not self.engine.running
-        )
+        return self._finished == self._total and not self.engine.running
 
     def run(
         self,
@@ -263,7 +264,7 @@ class BatchSimulator:
             if ticked:
                 self._at(time + self.interval, "tick")
             if progress is not None:
-                progress(self.now, sum(1 for j in self.jobs if not np.isnan(j.finished)))
+                progress(self.now, self._finished)
         makespan = max(j.finished for j in self.jobs)
         return SimResult(
             scheduler=self.engine.scheduler.name,
@@ -278,4 +279,5 @@ class BatchSimulator:
         )
 
     def _waiting_groups(self) -> set[str]:
-        return {j.group for j in self.jobs if np.isnan(j.finished)}
+        """Groups with a job submitted and not finished."""
+        return {group for group, count in self._unfinished.items() if count}
