@@ -77,9 +77,9 @@ def water_fill(piece: ServerSlice, offsets: np.ndarray) -> np.ndarray:
 
 
 def psdsf_exact(cluster: Cluster, tol: float = 1e-10, max_sweeps: int = 5000) -> ExactAllocation:
-    x, sweeps, converged = equilibrium(ServerGame(cluster), water_fill, tol, max_sweeps)
-    notes = [] if converged else [f"no fixed point within {max_sweeps} sweeps"]
-    return ExactAllocation("psdsf-exact", x, iterations=sweeps, converged=converged, notes=notes)
+    x, sweeps, gap = equilibrium(ServerGame(cluster), water_fill, tol, max_sweeps)
+    notes = [] if gap == 0 else [f"no fixed point within {max_sweeps} sweeps (gap {gap:.2g})"]
+    return ExactAllocation("psdsf-exact", x, iterations=sweeps, converged=gap == 0, notes=notes)
 
 
 def per_server_drf(cluster: Cluster) -> np.ndarray:

@@ -7,7 +7,12 @@ tasks on the other agents (its offset o_n = x_n - x_{n,i}) held fixed, the agent
 until a whole sweep changes no x[n, i] by more than `tol` (relative to the largest x_n).
 A best response of every agent at once is the paper's equilibrium (Nash, as in Rosen's
 concave games), so the stopping rule is a fixed-point test; the sweep count is capped and a
-run that hits the cap says so (`converged` False).
+run that hits the cap says so (`converged` False, with the last sweep's largest move).
+
+Plain best responses can cycle when the game is not monotone (alphaPF-VDS with alpha != 1
+and frameworks spread over agents of different gamma, see `alpha.py`). After `damp_after`
+sweeps each agent moves only part of the way to its best response, by 1/sqrt(k) at the
+k-th damped sweep (averaged best responses, which settle where plain ones cycle).
 """
 
 from __future__ import annotations
@@ -64,8 +69,11 @@ def equilibrium(
     tol: float = 1e-10,
     max_sweeps: int = 5000,
     start: np.ndarray | None = None,
-) -> tuple[np.ndarray, int, bool]:
-    """Gauss-Seidel best responses until a sweep moves nothing; (x, sweeps, converged)."""
+    damp_after: int | None = None,
+) -> tuple[np.ndarray, int, float]:
+    """Gauss-Seidel best responses until a sweep moves nothing; (x, sweeps, gap), where gap
+    is the last sweep's largest best-response move relative to the largest x_n (0 when it
+    converged)."""
     cluster = game.cluster
     x = (
         np.zeros((cluster.n_frameworks, cluster.n_agents))
@@ -77,9 +85,12 @@ def equilibrium(
     # Agents whose frameworks changed since the agent last answered; all of them at first.
     stale = np.ones(cluster.n_agents, dtype=bool)
     eligible = cluster.fit() > 0
+    moved = 0.0
     for sweep in range(1, max_sweeps + 1):
         moved = 0.0
         scale = max(1.0, float(totals.max(initial=0.0)))
+        damped = damp_after is not None and sweep > damp_after
+        weight = 1.0 / np.sqrt(sweep - damp_after) if damped else 1.0
         changed_users = np.zeros(cluster.n_frameworks, dtype=bool)
         for piece in slices:
             if not stale[piece.agent]:
@@ -87,15 +98,16 @@ def equilibrium(
             stale[piece.agent] = False
             old = x[piece.users, piece.agent]
             offsets = totals[piece.users] - old
-            new = respond(piece, np.maximum(offsets, 0.0))
-            delta = new - old
+            delta = respond(piece, np.maximum(offsets, 0.0)) - old
             step = float(np.abs(delta).max(initial=0.0))
             if step > tol * scale:
                 moved = max(moved, step)
+                delta *= weight
+                new = old + delta
                 x[piece.users, piece.agent] = new
                 totals[piece.users] += delta
                 changed_users[piece.users[np.abs(delta) > tol * scale]] = True
         if moved == 0.0:
-            return x, sweep, True
+            return x, sweep, 0.0
         stale = eligible[changed_users].any(axis=0)
-    return x, max_sweeps, False
+    return x, max_sweeps, moved / scale
