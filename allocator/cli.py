@@ -318,10 +318,11 @@ def _simulate_trace(
 
 def _add_live_commands() -> None:
     from allocator.cli_live import COMMANDS
+    from allocator.cli_solve import solve
     from allocator.cli_whatif import whatif
     from spark_shim.submit import submit_command
 
-    for command in (*COMMANDS, submit_command, whatif):
+    for command in (*COMMANDS, submit_command, whatif, solve):
         cli.add_command(command)
 
 

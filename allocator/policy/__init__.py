@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from allocator.errors import ScenarioError
+from allocator.policy.alpha_psdsf import AlphaPSDSF
 from allocator.policy.base import Criterion
 from allocator.policy.drf import DRF
 from allocator.policy.fuga import Fuga
@@ -32,6 +33,8 @@ SCHEDULERS: dict[str, Scheduler] = {
         Scheduler("psdsf", "PS-DSF", PSDSF, Selection.RRR),
         Scheduler("rpsdsf", "rPS-DSF", RPSDSF, Selection.RRR),
         Scheduler("bfdrf", "BF-DRF", DRF, Selection.BESTFIT),
+        # Paper 000's alphaPF-VDS as a progressive-filling key (alpha 3 by default).
+        Scheduler("alpha-psdsf", "alpha-PS-DSF", AlphaPSDSF, Selection.RRR),
         # Paper 003: servers choose executor combinations (fairness vs skewness game).
         Scheduler("fuga", "FUGA", Fuga, Selection.FUGA),
         # Paper 001's Hadoop-style baseline: max-min on task (slot) counts; agents visited
