@@ -140,12 +140,18 @@ def table1(trials: int, seed: int, ties: str, as_json: bool) -> None:
         click.echo(table1_module.render(rows))
 
 
-def _simulate(batch, name: str, mode: str, level: str, trigger: str, seed: int, quiet: bool):
+def _simulate(
+    batch, name: str, mode: str, level: str, trigger: str, seed: int, quiet: bool, admission=None
+):
     from tqdm import tqdm
 
+    from allocator.admission import AdmissionConfig
     from allocator.sim.simulator import BatchSimulator
 
-    simulator = BatchSimulator(batch, name, mode, level=level, trigger=trigger, seed=seed)
+    config = AdmissionConfig(admission) if admission else None
+    simulator = BatchSimulator(
+        batch, name, mode, level=level, trigger=trigger, seed=seed, admission=config
+    )
     total = sum(g.queues * g.jobs_per_queue for g in batch.groups)
     with tqdm(
         total=total, desc=f"{name}/{mode}", unit="job", disable=quiet, leave=False, file=sys.stderr
@@ -184,7 +190,19 @@ def _simulate(batch, name: str, mode: str, level: str, trigger: str, seed: int, 
     help="tick: freed resources wait for the next 1 s run (Mesos); release: at once.",
 )
 @click.option("--seed", type=SEED, default=0, show_default=True)
-@click.option("--compare", is_flag=True, help="Run every scheduler x mode and print one table.")
+@click.option(
+    "--compare",
+    is_flag=True,
+    help="Run every scheduler x mode, and --scheduler/--mode under every admission policy; "
+    "print one table.",
+)
+@click.option(
+    "--admission",
+    type=choice_of("allocator.admission", "Policy"),
+    default=None,
+    help="Admit the batch's jobs as one pool by fcfs, sjf or wfq (default: the scenario's "
+    "admission: sections, else each submission queue runs its jobs in turn).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option(
@@ -208,12 +226,14 @@ def sim(
     trigger: str,
     seed: int,
     compare: bool,
+    admission: str | None,
     as_json: bool,
     quiet: bool,
     plot: str | None,
     series: str | None,
 ) -> None:
     """Simulate a job batch or a trace (SCENARIO) in virtual time through the online engine."""
+    from allocator.admission import Policy
     from allocator.policy import COMPARED_SCHEDULERS
     from allocator.sim.batch import load_batch
     from allocator.sim.bound import makespan_bound
@@ -226,13 +246,18 @@ def sim(
     if series:
         check_output_file(series, "--series")
     if scenario_kind(scenario) == "trace":
+        if admission:
+            raise click.UsageError("--admission: only for batch scenarios, not traces")
         _simulate_trace(scenario, scheduler, mode, level, trigger, seed, compare, as_json, quiet)
         return
     batch = load_batch(scenario)
     bound = makespan_bound(batch, seed)
     quiet = quiet or as_json or not sys.stderr.isatty()
-    runs = [(s, m) for s in COMPARED_SCHEDULERS for m in Mode] if compare else [(scheduler, mode)]
-    results = [_simulate(batch, s, m, level, trigger, seed, quiet) for s, m in runs]
+    runs = [(scheduler, mode, admission)]
+    if compare:
+        runs = [(s, m, admission) for s in COMPARED_SCHEDULERS for m in Mode]
+        runs += [(scheduler, mode, str(p)) for p in Policy if str(p) != admission]
+    results = [_simulate(batch, s, m, level, trigger, seed, quiet, a) for s, m, a in runs]
     if plot:
         from allocator.sim.plot import plot_runs
 
@@ -249,7 +274,8 @@ def sim(
         click.echo(json.dumps({"runs": payloads} if compare else payloads[0]))
         return
     head = (
-        f"{'scheduler':<10}{'mode':<15}{'makespan s':>11}{'bound s':>9}{'jct mean':>10}"
+        f"{'scheduler':<10}{'mode':<15}{'admission':<10}{'makespan s':>11}{'bound s':>9}"
+        f"{'jct mean':>10}"
         f"{'p95':>8}{'cpus %':>8}{'mem %':>7}{'fair':>6}{'grants':>8}"
     )
     click.echo(f"{batch.name}: level {level}, trigger {trigger}, seed {seed}")
@@ -257,7 +283,7 @@ def sim(
     for p in payloads:
         alloc = p["allocated"]
         click.echo(
-            f"{p['scheduler']:<10}{p['mode']:<15}{p['makespan_s']:>11.1f}"
+            f"{p['scheduler']:<10}{p['mode']:<15}{p['admission']:<10}{p['makespan_s']:>11.1f}"
             f"{p['makespan_bound_s']:>9.1f}{p['jct_s']['mean']:>10.1f}{p['jct_s']['p95']:>8.1f}"
             f"{alloc.get('cpus', 0) * 100:>8.1f}"
             f"{alloc.get('mem', 0) * 100:>7.1f}{p['fairness']:>6.2f}{p['grants']:>8}"
@@ -271,7 +297,10 @@ def _write_series(path: str, results: list, compare: bool) -> None:
 
     target = Path(path)
     for r in results:
-        out = target.with_name(f"{target.stem}-{r.scheduler}-{r.mode}.csv") if compare else target
+        name = f"{target.stem}-{r.scheduler}-{r.mode}"
+        if r.admission != "queues":
+            name += f"-{r.admission}"
+        out = target.with_name(f"{name}.csv") if compare else target
         write_series_csv(out, r.series)
 
 

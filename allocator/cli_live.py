@@ -9,6 +9,7 @@ import click
 from allocator.cli_types import (
     FiniteFloat,
     LazyChoice,
+    choice_of,
     mode_choice,
     scheduler_choice,
     selection_choice,
@@ -291,12 +292,17 @@ def configure(
     help="Serve the started broker's Prometheus /metrics on this port (0: any free port; "
     "default: off).",
 )  # fmt: skip
+@click.option(
+    "--admission", type=choice_of("allocator.admission", "Policy"), default=None,
+    help="Admit the batch's jobs as one pool by fcfs, sjf or wfq (default: the scenario's "
+    "admission: sections, else each submission queue runs its jobs in turn).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def batch(
     scenario: str, scheduler: str, mode: str, selection: str | None, ties: str, out: str,
     broker: str | None, token: str | None, job_timeout: float, metrics_port: int | None,
-    quiet: bool, as_json: bool,
+    admission: str | None, quiet: bool, as_json: bool,
 ) -> None:  # fmt: skip
     """Run SCENARIO's Spark job batches (queues of jobs per group) through the broker.
 
@@ -307,6 +313,7 @@ def batch(
 
     from google.protobuf import json_format
 
+    from allocator.admission import AdmissionConfig, Policy
     from allocator.backends.cluster_file import agent_infos
     from allocator.batch import run_live_batch
     from allocator.broker.server import BrokerOptions, BrokerService
@@ -348,6 +355,7 @@ def batch(
             token=token,
             progress=not quiet,
             job_timeout=job_timeout,
+            admission=AdmissionConfig(Policy(admission)) if admission else None,
         )
     finally:
         if service is not None:

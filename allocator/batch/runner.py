@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from allocator.admission import AdmissionConfig, Pool, build_pools, job_slot
 from allocator.batch.allocation import AllocationSample, parse_allocation
 from allocator.batch.apps import GroupApp, prepare_apps
 from allocator.batch.processes import GRACE_SECONDS, DriverProcesses, ProcessesClosed
@@ -108,8 +109,11 @@ class _Batch:
         oblivious: bool,
         token: str | None,
         job_timeout: float,
+        pools: list[Pool],
     ) -> None:
         self.spec = spec
+        self.pools = pools
+        self.pool_threads: list[threading.Thread] = []
         self.apps = apps
         self.submit = submit
         self.broker = broker
@@ -160,6 +164,50 @@ class _Batch:
             self.stop.set()
             self.wake.set()
 
+    def dispatch(self) -> float | None:
+        """Start the jobs the admission pools admit now; when to look again (batch time)."""
+        wake: float | None = None
+        with self.lock:
+            now = self.now()
+            for pool in self.pools:
+                for pending in pool.admission.admit(now):
+                    g, k = pending.key  # type: ignore[misc]
+                    thread = threading.Thread(
+                        target=self.run_pool_job, args=(pool, g, k), name=f"job-{g}-{k}"
+                    )
+                    thread.daemon = True
+                    self.pool_threads.append(thread)
+                    thread.start()
+                change = pool.admission.next_change(now)
+                if change is not None:
+                    wake = change if wake is None else min(wake, change)
+        return wake
+
+    def pools_busy(self) -> bool:
+        with self.lock:
+            waiting = any(not pool.admission.done() for pool in self.pools)
+        return waiting or any(t.is_alive() for t in self.pool_threads)
+
+    def run_pool_job(self, pool: Pool, group_index: int, k: int) -> None:
+        """One admitted job; its end frees its turn in the pool."""
+        group = self.spec.groups[group_index]
+        queue, index = job_slot(k, group.queues)
+        try:
+            if self.stop.is_set():
+                return
+            record = self._run_job(group.name, queue, index)
+            with self.lock:
+                self.records.append(record)
+                pool.admission.finished((group_index, k))
+            self.wake.set()
+        except ProcessesClosed:
+            return
+        except BaseException as error:
+            with self.lock:
+                self.errors.append(error)
+            self.stop.set()
+            self.wake.set()
+
     def _run_job(self, group: str, queue: int, index: int) -> JobRecord:
         app = self.apps[group]
         name = f"{group}-q{queue}-j{index}"
@@ -200,12 +248,16 @@ def run_live_batch(
     sample_interval: float = 0.5,
     job_timeout: float = 600,
     submit: SubmitFunction | None = None,
+    admission: AdmissionConfig | None = None,
 ) -> LiveBatchResult:
     """Run every job of `spec` through the broker at `broker` (HOST:PORT) and measure it.
 
     `snapshot` returns the broker's Allocation message as protobuf JSON (None: no allocation
     series). `submit` builds each job's command line; the default is
     spark_shim.submit.spark_submit_command. Job logs go to workdir/jobs/<job>.log.
+    `admission` admits every job of the batch as one pool (allocator.admission); without
+    it, groups with an `admission:` section are pools of their own and the others run their
+    submission queues.
     """
     if not sample_interval > 0:
         raise FairbrokerError(f"sample interval must be positive, got {sample_interval}")
@@ -223,7 +275,9 @@ def run_live_batch(
         oblivious=oblivious,
         token=token,
         job_timeout=job_timeout,
+        pools=build_pools(spec, admission),
     )
+    in_pool = {g for pool in batch.pools for g in pool.groups}
     groups = [g.name for g in spec.groups]
     capacity: dict[str, float] = {}
     for agent in spec.agents:
@@ -238,9 +292,17 @@ def run_live_batch(
     longest = max(
         g.jobs_per_queue * (job_timeout + g.submit_gap_s + 2 * GRACE_SECONDS) for g in spec.groups
     )
+    # A pool runs its jobs at least one at a time, each bounded by the job timeout, after
+    # the last arrival.
+    for pool in batch.pools:
+        jobs = sum(len(j) for j in pool.admission.queues.values())
+        arrivals = max((j.arrival for q in pool.admission.queues.values() for j in q), default=0)
+        longest = max(longest, arrivals + jobs * (job_timeout + 2 * GRACE_SECONDS))
+    limit = longest + 60
     threads = [
         threading.Thread(target=batch.run_queue, args=(g, q), name=f"queue-{group.name}-{q}")
         for g, group in enumerate(spec.groups)
+        if g not in in_pool
         for q in range(group.queues)
     ]
     started_at = time.time()
@@ -259,13 +321,16 @@ def run_live_batch(
         for thread in threads:
             thread.daemon = True  # belt and braces: the finally below stops every process
             thread.start()
-        while any(t.is_alive() for t in threads):
+        wake = batch.dispatch()
+        while any(t.is_alive() for t in threads) or batch.pools_busy():
             if batch.errors:
                 raise batch.errors[0]
-            if batch.now() > longest + 60:
-                raise FairbrokerError(f"batch did not finish within {longest + 60:.0f} s")
-            batch.wake.wait(sample_interval)
+            if batch.now() > limit:
+                raise FairbrokerError(f"batch did not finish within {limit:.0f} s")
+            wait = sample_interval if wake is None else min(sample_interval, wake - batch.now())
+            batch.wake.wait(max(wait, 0.0))
             batch.wake.clear()
+            wake = batch.dispatch()
             sample()
         if batch.errors:
             raise batch.errors[0]
@@ -273,7 +338,7 @@ def run_live_batch(
     finally:
         batch.stop.set()
         batch.processes.close()
-        for thread in threads:
+        for thread in [*threads, *batch.pool_threads]:
             if thread.is_alive():
                 thread.join(timeout=2 * GRACE_SECONDS)
         display.close()

@@ -32,11 +32,13 @@ executors. A script's relative path is taken from the current directory.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from allocator.admission import AdmissionConfig, Policy
 from allocator.errors import FairbrokerError, ScenarioError
 from allocator.model import AgentSpec, _check_amounts
 from allocator.scenario import _first_error, read_yaml
@@ -92,6 +94,46 @@ AppSpec = Annotated[PiApp | WordCountApp | ScriptApp, Field(discriminator="kind"
 APP_KINDS = ("pi", "wordcount", "script")
 
 
+class AdmissionSpec(BaseModel):
+    """Which waiting job starts next (allocator.admission): fcfs, sjf or wfq (paper 004)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    policy: Literal["fcfs", "sjf", "wfq"]
+    lam: int = Field(default=0, ge=0, alias="lambda")
+    alpha1: int = Field(default=2, ge=1)
+    alpha2: int = Field(default=1, ge=0)
+
+    @model_validator(mode="after")
+    def _alphas(self) -> AdmissionSpec:
+        if self.alpha1 <= self.alpha2:
+            raise ValueError(f"alpha1: must be greater than alpha2 ({self.alpha2})")
+        return self
+
+    def config(self) -> AdmissionConfig:
+        return AdmissionConfig(Policy(self.policy), self.lam, self.alpha1, self.alpha2)
+
+
+class JobEntry(BaseModel):
+    """One job's admission attributes: arrival and deadline in seconds from the batch's
+    start, priority (higher first), and optionally its own work (executor-seconds)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arrival_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    priority: int = Field(default=0, ge=0)
+    deadline_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    work: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _deadline_after_arrival(self) -> JobEntry:
+        if self.deadline_s is not None and self.deadline_s <= self.arrival_s:
+            raise ValueError(
+                f"deadline_s: {self.deadline_s:g} is not after arrival_s {self.arrival_s:g}"
+            )
+        return self
+
+
 class GroupSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -106,6 +148,12 @@ class GroupSpec(BaseModel):
     submit_gap_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     constraints: dict[str, str | int | float | bool | list[str | int | float | bool]] = {}
     app: AppSpec | None = None
+    #: Admission (allocator.admission): this group's own pool, its jobs' default priority
+    #: and deadline, and optionally one entry per job (queues x jobs_per_queue of them).
+    admission: AdmissionSpec | None = None
+    priority: int = Field(default=0, ge=0)
+    deadline_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    jobs: list[JobEntry] | None = None
 
     @model_validator(mode="after")
     def _demand_source(self) -> GroupSpec:
@@ -113,7 +161,30 @@ class GroupSpec(BaseModel):
             raise ValueError("give exactly one of demand or spark")
         if self.demand is not None:
             _check_amounts(self.demand, "demand")
+        if self.jobs is not None and len(self.jobs) != self.queues * self.jobs_per_queue:
+            raise ValueError(
+                f"jobs: {len(self.jobs)} entries for queues x jobs_per_queue = "
+                f"{self.queues * self.jobs_per_queue} jobs"
+            )
         return self
+
+    def job_entries(self) -> list[JobEntry]:
+        """Admission attributes of the group's jobs, in declaration order."""
+        if self.jobs is not None:
+            return list(self.jobs)
+        entry = JobEntry(priority=self.priority, deadline_s=self.deadline_s)
+        return [entry] * (self.queues * self.jobs_per_queue)
+
+    def job_model(self, entry: JobEntry | None = None) -> JobModel:
+        model = self.job.model()
+        if entry is not None and entry.work is not None:
+            model = replace(model, work=entry.work)
+        return model
+
+    def expected_duration(self, entry: JobEntry) -> float:
+        """The job model's estimate at the job's full width (what sjf orders by)."""
+        _, executors = self.executor_demand()
+        return self.job_model(entry).duration(executors)
 
     def executor_demand(self) -> tuple[dict[str, float], int]:
         """Per-executor demand vector and executors wanted per job."""
@@ -142,9 +213,17 @@ class BatchSpec(BaseModel):
     resources: list[str] | None = None
     agents: list[TimedAgentSpec] = Field(min_length=1)
     groups: list[GroupSpec] = Field(min_length=1)
+    #: One admission pool of every job of the batch (then no group may have its own).
+    admission: AdmissionSpec | None = None
 
     @model_validator(mode="after")
     def _unique(self) -> BatchSpec:
+        if self.admission is not None:
+            for i, group in enumerate(self.groups):
+                if group.admission is not None:
+                    raise ValueError(
+                        f"groups[{i}].admission: the batch has its own admission: policy"
+                    )
         for kind, items in (("agents", self.agents), ("groups", self.groups)):
             seen: set[str] = set()
             for i, item in enumerate(items):

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from allocator.admission import AdmissionConfig, Pool, build_pools, job_slot
 from allocator.engine import DEFAULT_INTERVAL_SECONDS, DEFAULT_REFUSE_SECONDS, Engine, Trigger
 from allocator.policy import Selection, Ties
 from allocator.policy.levels import Level
-from allocator.sim.batch import BatchSpec
+from allocator.sim.batch import BatchSpec, JobEntry
 from allocator.sim.jobs import JobModel, JobProgress
 from allocator.sim.series import AllocationSeries
 from allocator.sim.workload import JobDraws
@@ -33,12 +34,16 @@ class Job:
     draws: JobDraws  # the job's model with its draws applied, and its streams
     demand: dict[str, float]
     executors: int
-    submitted: float
+    submitted: float  # arrival: when the job could have started
     registered: float = float("nan")
     finished: float = float("nan")
     progress: JobProgress | None = None
     placed: list[tuple[int, str]] = field(default_factory=list)  # (executor id, agent)
     done: bool = False
+    index: int = 0  # the job's place in its queue
+    started: float = float("nan")  # admitted (submitted to the cluster)
+    priority: int = 0
+    deadline: float | None = None
 
     @property
     def model(self) -> JobModel:
@@ -56,6 +61,7 @@ class SimResult:
     jobs: list[Job]
     grants: int
     series: AllocationSeries
+    admission: str = "queues"
 
     def jct(self) -> np.ndarray:
         return np.array([j.finished - j.submitted for j in self.jobs])
@@ -70,6 +76,7 @@ class SimResult:
             "mode": self.mode,
             "level": self.level,
             "trigger": self.trigger,
+            "admission": self.admission,
             "seed": self.seed,
             "makespan_s": round(self.makespan_s, 3),
             "jobs": len(self.jobs),
@@ -98,7 +105,10 @@ class BatchSimulator:
         seed: int = 0,
         interval: float = DEFAULT_INTERVAL_SECONDS,
         refuse_seconds: float = DEFAULT_REFUSE_SECONDS,
+        admission: AdmissionConfig | None = None,
     ) -> None:
+        """`admission` (fcfs, sjf, wfq) makes one admission pool of every job, overriding
+        the scenario's `admission:` sections (allocator.admission)."""
         self.batch = batch
         self.seed = seed
         self.interval = interval
@@ -125,6 +135,11 @@ class BatchSimulator:
         self._unfinished: dict[str, int] = {}  # per group: submitted, not finished
         self._finished = 0
         self._total = sum(g.queues * g.jobs_per_queue for g in batch.groups)
+        self.pools = build_pools(batch, admission)
+        self._pool_of = {g: pool for pool in self.pools for g in pool.groups}
+        self.admission = (
+            str(admission.policy) if admission is not None else _admission_label(batch)
+        )
         self.series = AllocationSeries(self.engine)
 
     def _at(self, time: float, kind: str, payload: object = None) -> None:
@@ -132,23 +147,41 @@ class BatchSimulator:
 
     # ---- workload ----------------------------------------------------------------------
     def _submit(self, group_index: int, queue: int) -> None:
+        """The next job of a submission queue (groups in no admission pool)."""
         group = self.batch.groups[group_index]
         count = self._queues.get((group.name, queue), 0)
         if count >= group.jobs_per_queue:
             return
         self._queues[(group.name, queue)] = count + 1
+        self._start(group_index, queue, count, group.job_entries()[count * group.queues + queue])
+
+    def _admit(self, pool: Pool) -> None:
+        for pending in pool.admission.admit(self.now):
+            g, k = pending.key  # type: ignore[misc]
+            queue, index = job_slot(k, self.batch.groups[g].queues)
+            self._start(g, queue, index, self.batch.groups[g].job_entries()[k])
+        wake = pool.admission.next_change(self.now)
+        if wake is not None:
+            self._at(wake, "admit", pool)
+
+    def _start(self, group_index: int, queue: int, index: int, entry: JobEntry) -> None:
+        group = self.batch.groups[group_index]
         demand, executors = group.executor_demand()
-        draws = JobDraws.draw(
-            group.job.model(), group.job.jitter, self.seed, group_index, queue, count
-        )
+        model = group.job_model(entry)
+        draws = JobDraws.draw(model, group.job.jitter, self.seed, group_index, queue, index)
+        in_pool = group_index in self._pool_of
         job = Job(
-            name=f"{group.name}-q{queue}-j{count}",
+            name=f"{group.name}-q{queue}-j{index}",
             group=group.name,
             queue=queue,
             draws=draws,
             demand=demand,
             executors=executors,
-            submitted=self.now,
+            submitted=entry.arrival_s if in_pool else self.now,
+            index=index,
+            started=self.now,
+            priority=entry.priority,
+            deadline=entry.deadline_s,
         )
         self.jobs.append(job)
         self._unfinished[group.name] = self._unfinished.get(group.name, 0) + 1
@@ -207,7 +240,13 @@ class BatchSimulator:
             self.engine.unregister(job.name)
         group_index = next(i for i, g in enumerate(self.batch.groups) if g.name == job.group)
         gap = self.batch.groups[group_index].submit_gap_s
-        self._at(self.now + gap, "submit", (group_index, job.queue))
+        pool = self._pool_of.get(group_index)
+        if pool is None:
+            self._at(self.now + gap, "submit", (group_index, job.queue))
+            return
+        k = job.index * self.batch.groups[group_index].queues + job.queue
+        pool.admission.finished((group_index, k))
+        self._at(self.now + gap, "admit", pool)
 
     def _release(self, job: Job, executor: int, agent: str) -> None:
         self.engine.release(job.name, agent, 1)
@@ -231,11 +270,15 @@ class BatchSimulator:
         for agent in self.batch.agents:
             self._at(agent.register_at, "agent", agent)
         for g, group in enumerate(self.batch.groups):
-            for queue in range(group.queues):
-                self._at(0.0, "submit", (g, queue))
+            if g not in self._pool_of:
+                for queue in range(group.queues):
+                    self._at(0.0, "submit", (g, queue))
+        for pool in self.pools:
+            self._at(0.0, "admit", pool)
         self._at(0.0, "tick")
         handlers: dict[str, Callable[..., None]] = {
             "submit": lambda p: self._submit(*p),
+            "admit": self._admit,
             "register": lambda p: self._register(*p),
             "ready": lambda p: self._ready(*p),
             "work_done": lambda p: self._work_done(*p),
@@ -276,8 +319,24 @@ class BatchSimulator:
             jobs=self.jobs,
             grants=self.engine.grants_total,
             series=self.series,
+            admission=self.admission,
         )
 
     def _waiting_groups(self) -> set[str]:
-        """Groups with a job submitted and not finished."""
-        return {group for group, count in self._unfinished.items() if count}
+        """Groups with a job submitted and not finished, or arrived and not yet admitted."""
+        waiting = {group for group, count in self._unfinished.items() if count}
+        for pool in self.pools:
+            for ring in pool.admission.rings:
+                waiting.update(
+                    self.batch.groups[j.key[0]].name  # type: ignore[index]
+                    for j in ring.jobs
+                    if j.arrival <= self.now
+                )
+        return waiting
+
+
+def _admission_label(batch: BatchSpec) -> str:
+    if batch.admission is not None:
+        return batch.admission.policy
+    policies = sorted({g.admission.policy for g in batch.groups if g.admission is not None})
+    return "/".join(policies) if policies else "queues"
