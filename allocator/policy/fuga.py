@@ -101,14 +101,21 @@ def enumerate_combinations(
         grid = np.indices(tuple(sizes)).reshape(n_types, -1).T
     else:
         levels = max(2, int(max_combinations ** (1.0 / n_types)))
-        axes = [
-            np.unique(np.linspace(0, c, min(levels, c + 1)).round().astype(np.int64)) for c in cap
-        ]
+        axes = []
+        for c in cap.tolist():
+            points = min(levels, c + 1)
+            axes.append(
+                sorted({(i * c + (points - 1) // 2) // max(points - 1, 1) for i in range(points)})
+            )
         grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, n_types)
         grid = _complete(grid, demand, room, cap)
+        # Completions coincide often: keep each combination once (rows as mixed-radix keys).
+        radix = np.cumprod(np.r_[1, sizes[:-1]])
+        _, first = np.unique(grid @ radix, return_index=True)
+        grid = grid[np.sort(first)]
     use = grid @ demand
     ok = (use <= room + 1e-9 * np.maximum(room, 1.0)).all(axis=1) & (grid.sum(axis=1) > 0)
-    return np.unique(grid[ok], axis=0) if grid.shape[0] > max_combinations else grid[ok]
+    return grid[ok]
 
 
 def _complete(
@@ -127,15 +134,16 @@ def _complete(
     rounds = np.where(np.isfinite(rounds), rounds, 0.0)
     rounds = np.minimum(rounds, np.where(open_types, cap - grid, np.inf).min(axis=1))
     grid += (open_types * rounds[:, None]).astype(np.int64)
+    left = room[None, :] - grid @ demand
     for most in (1, None):  # one more of each type in turn, then as many as fit
         for t in range(grid.shape[1]):
-            left = room[None, :] - grid @ demand
             need = demand[t] > 0
             more = np.floor(left[:, need] / demand[t, need] + 1e-9).min(axis=1)
             if most is not None:
                 more = np.minimum(more, most)
-            more = np.minimum(more, cap[t] - grid[:, t])
-            grid[:, t] += np.clip(more, 0, None).astype(np.int64)
+            more = np.clip(np.minimum(more, cap[t] - grid[:, t]), 0, None)
+            grid[:, t] += more.astype(np.int64)
+            left -= more[:, None] * demand[t]
     return grid
 
 
@@ -176,8 +184,13 @@ def top_strategies(u: np.ndarray, k: int, deviation: np.ndarray | None = None) -
     by lower skewness, then by lower fairness deviation `deviation` (when given: without it
     a server offered identical executor types would keep only lopsided splits among its K),
     then by listing order."""
-    mu = min_utilisation(u)
-    skew = skewness(u)
+    return rank_strategies(min_utilisation(u), skewness(u), k, deviation)
+
+
+def rank_strategies(
+    mu: np.ndarray, skew: np.ndarray, k: int, deviation: np.ndarray | None = None
+) -> np.ndarray:
+    """`top_strategies` from mu and skewness already computed."""
     tie = np.zeros(len(mu)) if deviation is None else deviation.round(12)
     order = np.lexsort((np.arange(len(mu)), tie, skew.round(12), -mu.round(12)))
     return order[:k]
@@ -279,20 +292,37 @@ def plan(
         chosen[order] = ranked & (np.cumsum(ranked, axis=0) <= params.max_types)
         return chosen
 
+    # An agent's combinations of the same executor types (and the same wants) do not change
+    # within a round; only the fairness tie-break does.
+    enumerated: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
     def options(agent: int, types: np.ndarray) -> ServerOptions | None:
-        counts = enumerate_combinations(
-            demand[types], state.residual[agent], left[types], params.max_combinations
-        )
+        key = (agent, types.tobytes(), left[types].tobytes())
+        if key not in enumerated:
+            counts = enumerate_combinations(
+                demand[types], state.residual[agent], left[types], params.max_combinations
+            )
+            has = capacity[agent] > 0  # resources the agent lacks enter neither measure
+            u = (used[agent, has] + counts @ demand[types][:, has]) / capacity[agent, has]
+            mean = u.mean(axis=1, keepdims=True) if len(u) else u
+            with np.errstate(divide="ignore", invalid="ignore"):
+                dev = np.where(mean > 0, u / mean - 1.0, 0.0)
+            skew = np.sqrt((dev * dev).sum(axis=1))
+            enumerated[key] = (counts, u.min(axis=1, initial=np.inf), skew)
+        counts, mu, skew = enumerated[key]
         if len(counts) == 0:
             return None
-        u = utilisation(used[agent], counts @ demand[types], capacity[agent])
-        deviation = deviation_after(
-            counts, types, demand, alloc, holder_of, holder_weight, users, total
-        )
-        top = top_strategies(u, params.k, deviation)
-        u_top = u[top]
-        best_mu = float(min_utilisation(u_top[:1])[0])
-        return ServerOptions(agent, types, counts[top], skewness(u_top), best_mu)
+        top = rank_strategies(mu, skew, params.k)
+        last = top[-1]
+        tied = (mu.round(12) == mu[last].round(12)) & (skew.round(12) == skew[last].round(12))
+        if tied.sum() > np.isin(top, np.flatnonzero(tied)).sum():
+            # A tie across the K-th place: the fairness deviation decides (it is needed
+            # nowhere else, and costs as much as the rest of the ranking).
+            deviation = deviation_after(
+                counts, types, demand, alloc, holder_of, holder_weight, users, total
+            )
+            top = rank_strategies(mu, skew, params.k, deviation)
+        return ServerOptions(agent, types, counts[top], skew[top], float(mu[top[0]]))
 
     agents = np.flatnonzero(fits.any(axis=0))
     chosen = candidates(agents)
@@ -381,6 +411,7 @@ class FugaSelector(Selector):
         params = getattr(self.criterion, "params", None)
         self.params = params if isinstance(params, FugaParams) else FugaParams()
         self.queue: list[tuple[int, int, int]] = []
+        self.demand = np.nan_to_num(self.state.cluster.demand, nan=np.inf)
 
     def _users(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         state = self.state
@@ -398,6 +429,7 @@ class FugaSelector(Selector):
 
     def next(self) -> tuple[int, int] | None:
         state = self.state
+        demand = self.demand
         for _ in range(2):  # the queue, then one fresh round
             while self.queue:
                 agent, framework, count = self.queue[0]
@@ -405,7 +437,11 @@ class FugaSelector(Selector):
                     self.queue.pop(0)
                 else:
                     self.queue[0] = (agent, framework, count - 1)
-                if state.fits_agent(agent)[framework]:
+                if (
+                    state.wanting()[framework]
+                    and state.cluster.eligible[framework, agent]
+                    and (demand[framework] <= state.residual[agent] + state.tol).all()
+                ):
                     return framework, agent
             fits = state.fits_all()
             if not fits.any():
