@@ -100,6 +100,11 @@ def serve_options(func):
             "--state-dir", type=click.Path(file_okay=False), default=str(d("state_dir")),
             show_default=True, help="Broker state (SQLite) and the agents' working directories.",
         ),
+        click.option(
+            "--state-recover", is_flag=True, default=None,
+            help="Start on a damaged state file: keep every readable row, report what was "
+            "dropped, keep the damaged files beside it (without this the broker refuses).",
+        ),
         click.option("--token", default=None,
                      help=f"Require this shared token on the tenant API (env {TOKEN_ENV})."),
         click.option("--token-file", type=click.Path(dir_okay=False), default=None),

@@ -28,6 +28,7 @@ def broker_options(config: ServeConfig) -> BrokerOptions:
         token=config.read_token(),
         lease_seconds=config.lease,
         state_dir=config.state_dir,
+        state_recover=config.state_recover,
         metrics_port=config.metrics_port if config.metrics else None,
     )
     if config.cluster is not None:

@@ -56,6 +56,7 @@ class ServeConfig(BaseModel):
     metrics: bool = True
     metrics_port: int = Field(DEFAULT_METRICS_PORT, ge=0, le=65535)
     state_dir: Path = Path(".fairbroker")
+    state_recover: bool = False  # start on a damaged state file, keeping what is readable
     cluster: Path | None = None  # local backend: the embedded cluster's agents
     token: SecretStr | None = None
     token_file: Path | None = None

@@ -154,7 +154,9 @@ def test_unmarked_record_free_processes_are_killed_at_start(tmp_path, fake_spark
     """A marked process the state file does not know at all (the row was lost) is stopped."""
     state = tmp_path / "state"
     crash_at("after-launch", state, fake_spark)
-    Store(state / "broker.sqlite")._run("DELETE FROM executors")
+    store = Store(state / "broker.sqlite")
+    store._run("DELETE FROM executors")
+    store.close()
     broker = restart(state, fake_spark)
     try:
         wait_until(lambda: not marked_pids(state / "agents"))

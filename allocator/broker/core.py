@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 
 from allocator.backends.base import AgentInfo, Backend, ExecutorState, LaunchSpec, TaskStatus
 from allocator.broker import faults
-from allocator.broker.errors import ApiError, invalid
+from allocator.broker.errors import ApiError, invalid, unavailable
 from allocator.broker.limits import Limits
 from allocator.broker.proto import pb
 from allocator.broker.snapshot import engine_allocation
-from allocator.broker.store import Store
+from allocator.broker.store import Store, StoreError
 from allocator.broker.validation import (
     check_kill,
     check_register,
@@ -145,23 +145,24 @@ class Broker:
         if kill_executors:
             with self._lock:
                 for tenant in list(self.tenants.values()):
-                    self.store.delete_tenant(tenant.tenant_id)
+                    self._best_effort(self.store.delete_tenant, tenant.tenant_id)
         self.store.close()
 
     def _recover(self) -> None:
         """Restore tenants and re-adopt their executors that are still running."""
         now = time.monotonic()
         with self._lock:
-            for tenant_id, blob, target, next_executor in self.store.tenants():
-                request = pb.RegisterRequest.FromString(blob)
+            for stored_tenant in self.store.tenants():
+                tenant_id = stored_tenant.tenant_id
                 try:
-                    tenant = self._add_tenant(request, now)
+                    tenant = self._add_tenant(stored_tenant.request, now)
                 except (ApiError, EngineError) as error:
                     log.warning("dropping stored tenant %s: %s", tenant_id, error)
-                    self.store.delete_tenant(tenant_id, executors=False)  # stopped below
+                    # its executors are stopped below
+                    self._best_effort(self.store.delete_tenant, tenant_id, executors=False)
                     continue
-                tenant.next_executor = next_executor
-                self._set_target(tenant, target)
+                tenant.next_executor = stored_tenant.next_executor
+                self._set_target(tenant, stored_tenant.target)
             stored = self.store.executors()
             if not self._static_cluster:
                 # Agents come back with offers; until then an agent holds what its adopted
@@ -182,11 +183,11 @@ class Broker:
                     why = "its tenant is gone" if tenant is None else "its agent is gone"
                     log.warning("stopping executor %s/%s: %s", *_key(spec), why)
                     abandoned.append(spec)
-                    self.store.delete_executor(spec.tenant_id, spec.executor_id)
+                    self._best_effort(self.store.delete_executor, *_key(spec))
                     continue
                 if not self.backend.adopt(spec, handle):
                     log.info("executor %s/%s is gone", spec.tenant_id, spec.executor_id)
-                    self.store.delete_executor(spec.tenant_id, spec.executor_id)
+                    self._best_effort(self.store.delete_executor, *_key(spec))
                     continue
                 adopted.add(_key(spec))
                 self.engine.adopt(spec.tenant_id, spec.agent)
@@ -202,8 +203,17 @@ class Broker:
         now = time.monotonic()
         with self._lock:
             tenant = self.tenants.get(request.tenant_id)
+            blob = request.SerializeToString()
             if tenant is None:
                 tenant = self._add_tenant(request, now)
+                try:
+                    self.store.save_tenant(
+                        tenant.tenant_id, blob, request.target, tenant.next_executor
+                    )
+                except StoreError as error:  # roll the registration back
+                    self.engine.unregister(tenant.tenant_id)
+                    del self.tenants[tenant.tenant_id]
+                    raise unavailable(error) from None
             elif tenant.stopping_since is not None:
                 raise ApiError(
                     "FAILED_PRECONDITION",
@@ -211,11 +221,12 @@ class Broker:
                 )
             else:
                 self._check_same(tenant, request)
+                self._commit(
+                    self.store.save_tenant, tenant.tenant_id, blob, request.target,
+                    tenant.next_executor,
+                )  # fmt: skip
                 tenant.last_seen = now
             self._set_target(tenant, int(request.target))
-            self.store.save_tenant(
-                tenant.tenant_id, request.SerializeToString(), tenant.target, tenant.next_executor
-            )
             self._poke()
             return pb.RegisterReply(
                 tenant_id=tenant.tenant_id,
@@ -233,9 +244,9 @@ class Broker:
         with self._lock:
             check_target(total, "total")
             tenant = self._tenant(tenant_id)
+            self._commit(self.store.set_target, tenant_id, total)
             tenant.last_seen = time.monotonic()
             self._set_target(tenant, total)
-            self.store.set_target(tenant_id, tenant.target)
             self._poke()
 
     def kill(self, tenant_id: str, executor_ids: list[str]) -> list[str]:
@@ -258,7 +269,10 @@ class Broker:
     def unregister(self, tenant_id: str) -> None:
         with self._lock:
             tenant = self._tenant(tenant_id)
-            self._drop_tenant(tenant, "unregistered")
+            try:
+                self._drop_tenant(tenant, "unregistered")
+            except StoreError as error:
+                raise unavailable(error) from None
 
     def configure(self, scheduler: str = "", mode: str = "", selection: str = "") -> None:
         with self._lock:
@@ -378,14 +392,15 @@ class Broker:
 
     def _drop_tenant(self, tenant: Tenant, why: str) -> None:
         """Stop the tenant's executors; it leaves the engine (and its capacity returns)
-        only once the last of them has exited."""
+        only once the last of them has exited. Raises StoreError (nothing changed) when the
+        state file cannot record it."""
+        self.store.delete_tenant(tenant.tenant_id, executors=False)
         for executor_id, record in tenant.executors.items():
             if record.state is not ExecutorState.KILLING:
                 record.state = ExecutorState.KILLING
                 self.backend.kill(tenant.tenant_id, executor_id)
         tenant.stopping_since = time.monotonic()
         self.engine.set_target(tenant.tenant_id, 0)
-        self.store.delete_tenant(tenant.tenant_id, executors=False)
         log.info(
             "tenant %s %s; stopping its %d executors", tenant.tenant_id, why,
             len(tenant.executors),
@@ -427,7 +442,9 @@ class Broker:
                 status.tenant_id, status.executor_id, agent, status.state, status.message,
             )  # fmt: skip
             del tenant.executors[status.executor_id]
-            self.store.delete_executor(status.tenant_id, status.executor_id)
+            # The process is gone: its capacity returns even if the row cannot be deleted
+            # now (a stale row is reconciled, as a dead executor, at the next start).
+            self._best_effort(self.store.delete_executor, status.tenant_id, status.executor_id)
             if agent in self.engine.agents:
                 self.engine.release(status.tenant_id, agent)
             if tenant.stopping_since is None:
@@ -483,7 +500,7 @@ class Broker:
                     if record.spec.agent == name:
                         log.warning("executor %s/%s lost with agent %s", *_key(record.spec), name)
                         del tenant.executors[executor_id]
-                        self.store.delete_executor(tenant.tenant_id, executor_id)
+                        self._best_effort(self.store.delete_executor, tenant.tenant_id, executor_id)
                 self._forget_if_stopped(tenant)
             self.agent_hosts.pop(name, None)
             self.agent_attributes.pop(name, None)
@@ -506,7 +523,7 @@ class Broker:
                         tenant.tenant_id, len(tenant.executors),
                     )  # fmt: skip
                     for executor_id in list(tenant.executors):
-                        self.store.delete_executor(tenant.tenant_id, executor_id)
+                        self._best_effort(self.store.delete_executor, tenant.tenant_id, executor_id)
                     tenant.executors.clear()
                     self._forget_if_stopped(tenant)
                 continue
@@ -515,7 +532,10 @@ class Broker:
                     "tenant %s sent nothing for %.0f s (lease %.0f s)",
                     tenant.tenant_id, now - tenant.last_seen, self.lease_seconds,
                 )  # fmt: skip
-                self._drop_tenant(tenant, "lease expired")
+                try:
+                    self._drop_tenant(tenant, "lease expired")
+                except StoreError as error:
+                    log.error("tenant %s: not dropped yet: %s", tenant.tenant_id, error)
 
     def allocate_once(self) -> int:
         """One allocation run and its launches; returns the executors launched."""
@@ -533,8 +553,7 @@ class Broker:
                 if tasks < grant.tasks:  # an oblivious offer's surplus waits for a later run
                     self.engine.release(grant.framework, grant.agent, grant.tasks - tasks)
                 for _ in range(tasks):
-                    self._launch(tenant, grant.agent, grant.resources, now)
-                    launched += 1
+                    launched += self._launch(tenant, grant.agent, grant.resources, now)
             self.backend.flush(any(self.engine.pending().values()))
             if grants:
                 self.run_seconds.append((time.perf_counter() - began, launched))
@@ -544,10 +563,11 @@ class Broker:
             self._poke()  # a run stopped at the launch cap continues at once
             return launched
 
-    def _launch(self, tenant: Tenant, agent: str, resources: dict[str, float], now: float) -> None:
+    def _launch(self, tenant: Tenant, agent: str, resources: dict[str, float], now: float) -> bool:
+        """Record, then start, one executor; False (and the grant given back) if either
+        failed."""
         launch = tenant.request.launch
         executor_id = str(tenant.next_executor)
-        tenant.next_executor += 1
         spec = LaunchSpec(
             tenant_id=tenant.tenant_id,
             executor_id=executor_id,
@@ -562,7 +582,13 @@ class Broker:
         )
         # Write-ahead: the executor is on disk before its process exists, so a crash at any
         # point leaves a row the next start reconciles (adopts or stops), never an orphan.
-        self.store.record_launch(spec, tenant.next_executor)
+        try:
+            self.store.record_launch(spec, tenant.next_executor + 1)
+        except StoreError as error:  # not recorded: not launched, and the grant goes back
+            log.error("launch of %s/%s on %s not recorded: %s", *_key(spec), agent, error)
+            self.engine.release(tenant.tenant_id, agent)
+            return False
+        tenant.next_executor += 1
         record = ExecutorRecord(spec, ExecutorState.LAUNCHING, now, time.time())
         tenant.executors[executor_id] = record
         tenant.grants += 1
@@ -572,14 +598,32 @@ class Broker:
         except Exception as error:  # a launch failure must not stop the loop
             log.error("launch of %s/%s on %s failed: %s", *_key(spec), agent, error)
             del tenant.executors[executor_id]
-            self.store.delete_executor(tenant.tenant_id, executor_id)
+            self._best_effort(self.store.delete_executor, tenant.tenant_id, executor_id)
             self.engine.release(tenant.tenant_id, agent)
             self.engine.refuse(
                 tenant.tenant_id, agent, time.monotonic() + FAILED_AGENT_REFUSE_SECONDS
             )
-            return
+            return False
         faults.point("after-launch")
-        self.store.set_handle(tenant.tenant_id, executor_id, handle)
+        # Not fatal: the LAUNCHING row finds the process by its marker at the next start.
+        self._best_effort(self.store.set_handle, tenant.tenant_id, executor_id, handle)
+        return True
+
+    @staticmethod
+    def _commit(write: Callable[..., None], *args: object, **kw: object) -> None:
+        """A state change the API must not acknowledge unless it is on disk."""
+        try:
+            write(*args, **kw)
+        except StoreError as error:
+            raise unavailable(error) from None
+
+    @staticmethod
+    def _best_effort(write: Callable[..., None], *args: object, **kw: object) -> None:
+        """A write whose failure the next start reconciles (logged, not raised)."""
+        try:
+            write(*args, **kw)
+        except StoreError as error:
+            log.error("%s", error)
 
     def _run_loop(self) -> None:
         next_tick = time.monotonic()

@@ -15,3 +15,8 @@ class ApiError(FairbrokerError):
 
 def invalid(message: str) -> ApiError:
     return ApiError("INVALID_ARGUMENT", message)
+
+
+def unavailable(error: Exception) -> ApiError:
+    """The state file could not record a change (nothing changed); retry later."""
+    return ApiError("UNAVAILABLE", f"not recorded, nothing changed: {error}")

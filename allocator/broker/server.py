@@ -45,6 +45,7 @@ class BrokerOptions:
     observers: list[RequestObserver] = field(default_factory=list)
     metrics_port: int | None = None  # Prometheus /metrics on `host` (0: ephemeral; None: off)
     limits: Limits = field(default_factory=Limits)
+    state_recover: bool = False  # keep what is readable of a damaged state file
 
 
 class BrokerService:
@@ -58,7 +59,9 @@ class BrokerService:
             backend = LocalCluster(
                 agents, state_dir / "agents", env_policy=options.limits.executor_env
             )
-        store = Store(state_dir / "broker.sqlite" if options.persist else None)
+        store = Store(
+            state_dir / "broker.sqlite" if options.persist else None, options.state_recover
+        )
         self.broker = Broker(
             backend,
             options.scheduler,
