@@ -8,7 +8,6 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -23,44 +22,12 @@ from allocator.cli_types import (
 from allocator.errors import FairbrokerError
 from allocator.outputs import check_output_file, check_stdout, plot_suffixes
 
-if TYPE_CHECKING:
-    from allocator.trials import FillSummary
-
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="fairbroker")
 def cli() -> None:
     """Fair multi-resource scheduling for heterogeneous clusters (DRF, PS-DSF, rPS-DSF, TSF,
     BF-DRF)."""
-
-
-def _render_fill(summary: FillSummary) -> str:
-    c = summary.cluster
-    width = max(8, *(len(a) for a in c.agent_names)) + 2
-    name_width = max(10, *(len(f) for f in c.framework_names)) + 2
-    lines = [
-        f"{summary.scheduler} / {summary.selection} / {summary.mode}, ties {summary.ties}, "
-        f"{summary.trials} trial(s), seed {summary.seed}",
-        "mean tasks x_{n,i} (sample sd over trials)",
-        " " * name_width + "".join(f"{a:>{width + 8}}" for a in c.agent_names) + f"{'total':>12}",
-    ]
-    for n, f in enumerate(c.framework_names):
-        cells = "".join(
-            f"{summary.tasks_mean[n, i]:>{width}.2f} ({summary.tasks_std[n, i]:5.2f})"
-            for i in range(c.n_agents)
-        )
-        lines.append(f"{f:<{name_width}}{cells}{summary.tasks_mean[n].sum():>12.2f}")
-    std = summary.totals.std(ddof=1) if summary.trials > 1 else 0.0
-    lines.append(f"total tasks: {summary.totals.mean():.2f} (sd {std:.2f})")
-    if summary.optimum is not None:
-        lines.append(
-            f"optimum: {summary.optimum.tasks} tasks (MILP), LP relaxation "
-            f"{summary.optimum.lp_tasks:.2f}"
-        )
-    util = ", ".join(f"{r} {u:.1%}" for r, u in zip(c.resources, summary.utilization, strict=True))
-    lines.append(f"allocated: {util}")
-    lines.extend(f"note: {note}" for note in summary.notes)
-    return "\n".join(lines)
 
 
 @cli.command()
@@ -87,6 +54,21 @@ def _render_fill(summary: FillSummary) -> str:
     default=None,
     help="Solve the MILP/LP bound (default: when the instance is small enough).",
 )
+@click.option(
+    "--matrix/--no-matrix",
+    default=None,
+    help="Show x_{n,i} for every framework and agent (JSON: sparse, zero pairs left out). "
+    "Default: text up to 8 agents, JSON up to 10,000 pairs.",
+)
+@click.option(
+    "--max-grants",
+    type=click.IntRange(min=1),
+    default=10_000_000,
+    show_default=True,
+    help="Stop with an error after this many grants per fill (a units mistake cannot run "
+    "for hours).",
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def fill(
     scenario: str,
@@ -97,9 +79,13 @@ def fill(
     trials: int,
     seed: int,
     optimum: bool | None,
+    matrix: bool | None,
+    max_grants: int,
+    quiet: bool,
     as_json: bool,
 ) -> None:
     """Progressive filling of SCENARIO until no task fits anywhere, repeated TRIALS times."""
+    from allocator.fill_report import render_fill
     from allocator.scenario import load_scenario
     from allocator.trials import run_trials
 
@@ -114,9 +100,10 @@ def fill(
         trials,
         seed,
         with_optimum=optimum,
-        progress=not as_json and sys.stderr.isatty(),
+        progress=not quiet and sys.stderr.isatty(),
+        max_grants=max_grants,
     )
-    click.echo(json.dumps(summary.to_json()) if as_json else _render_fill(summary))
+    click.echo(json.dumps(summary.to_json(matrix)) if as_json else render_fill(summary, matrix))
 
 
 @cli.command()

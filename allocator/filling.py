@@ -29,8 +29,10 @@ def progressive_fill(
     level: Level | str = Level.FRAMEWORK,
     single_offer: bool = False,
     agent_pass: bool = False,
+    keep: bool = True,
 ) -> list[Grant]:
-    """Grant until nothing fits (or `max_grants`); returns the grants in order.
+    """Grant until nothing fits (or `max_grants`); returns the grants in order (none with
+    `keep=False`, for fills too large to hold every grant: count them with `on_grant`).
 
     `level` role serves the lowest role first, then the lowest framework within it.
     `single_offer` (the online engine in oblivious mode): an agent whose remainder was
@@ -41,14 +43,17 @@ def progressive_fill(
     """
     selector = make_selector(selection, state, criterion, rng, ties, level, agent_pass)
     grants: list[Grant] = []
-    while max_grants is None or len(grants) < max_grants:
+    made = 0
+    while max_grants is None or made < max_grants:
         pick = selector.next()
         if pick is None:
             break
         framework, agent = pick
         tasks = 1 if state.mode is Mode.CHARACTERIZED else state.tasks_that_fit(framework, agent)
         grant = state.grant(framework, agent, tasks)
-        grants.append(grant)
+        made += 1
+        if keep:
+            grants.append(grant)
         if single_offer:
             state.withhold(agent, framework)
         if on_grant is not None:

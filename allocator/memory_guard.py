@@ -11,6 +11,9 @@ from allocator.errors import ScenarioError
 #: Measured peak memory per agent of a trace simulation (`fairbroker sim` on a Google-like
 #: cluster: 186 MB at 10^5 agents, 970 MB at 10^6), rounded up.
 TRACE_BYTES_PER_AGENT = 1000
+#: A static fill's framework x agent arrays: the state's x (int64), the trials' sums and
+#: squares, mean and sd (float64), eligibility (bool, twice).
+FILL_BYTES_PER_PAIR = 5 * 8 + 2
 
 
 def _read_int(path: str) -> int | None:

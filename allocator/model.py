@@ -113,6 +113,26 @@ def _matches(attributes: dict[str, object], constraints: dict[str, object]) -> b
     return True
 
 
+def _eligibility(spec: ScenarioSpec) -> np.ndarray:
+    """delta_{n,i} as `_matches` defines it, one vector operation per framework constraint:
+    each attribute's values become integer codes over the agents (-1 where missing)."""
+    eligible = np.ones((len(spec.frameworks), len(spec.agents)), dtype=bool)
+    codes: dict[str, tuple[dict[str, int], np.ndarray]] = {}
+    for n, framework in enumerate(spec.frameworks):
+        for key, wanted in framework.constraints.items():
+            if key not in codes:
+                values = [str(a.attributes[key]) if key in a.attributes else None
+                          for a in spec.agents]  # fmt: skip
+                distinct = dict.fromkeys(v for v in values if v is not None)
+                index = {v: k for k, v in enumerate(distinct)}
+                codes[key] = index, np.array([-1 if v is None else index[v] for v in values])
+            index, agent_codes = codes[key]
+            options = wanted if isinstance(wanted, list) else [wanted]
+            accepted = [index[str(o)] for o in options if str(o) in index]
+            eligible[n] &= np.isin(agent_codes, accepted)
+    return eligible
+
+
 @dataclass(frozen=True, eq=False)
 class Cluster:
     """Immutable array view of a scenario.
@@ -225,10 +245,7 @@ class Cluster:
             ],
             dtype=float,
         )
-        eligible = np.array(
-            [[_matches(a.attributes, f.constraints) for a in spec.agents] for f in spec.frameworks],
-            dtype=bool,
-        ).reshape(len(spec.frameworks), len(spec.agents))
+        eligible = _eligibility(spec)
         roles: list[str] = []
         role_of = []
         for f in spec.frameworks:

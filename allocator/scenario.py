@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from allocator.errors import ScenarioError
+from allocator.memory_guard import FILL_BYTES_PER_PAIR, require_memory
 from allocator.model import Cluster, ScenarioSpec
 
 
@@ -74,6 +75,8 @@ def parse_scenario(data: Any) -> Cluster:
         spec = ScenarioSpec.model_validate(data)
     except ValidationError as error:
         raise ScenarioError(_first_error(error, ScenarioSpec)) from None
+    n_f, n_a = len(spec.frameworks), len(spec.agents)
+    require_memory(n_f * n_a * FILL_BYTES_PER_PAIR, f"{n_f:,} frameworks x {n_a:,} agents")
     return Cluster.from_spec(spec)
 
 

@@ -1,0 +1,131 @@
+"""`fill` on large instances (issue 17): what the output carries, what it costs, and the
+guards. The wall-time and memory targets live in benchmarks/bench_fill_scale.py."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import make_cluster, run_fairbroker
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_cli_edges import one_line_error
+
+from allocator import memory_guard
+from allocator.errors import ScenarioError
+from allocator.filling import progressive_fill
+from allocator.model import ScenarioSpec, _eligibility, _matches
+from allocator.policy import scheduler
+from allocator.scenario import parse_scenario
+from allocator.state import AllocationState
+from allocator.trials import run_trials
+
+VALUES = st.sampled_from(["a", "b", 1, 2, True])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    attributes=st.lists(st.dictionaries(st.sampled_from(["rack", "gpu"]), VALUES, max_size=2),
+                        min_size=1, max_size=5),
+    constraints=st.lists(st.dictionaries(st.sampled_from(["rack", "gpu", "zone"]),
+                                         st.one_of(VALUES, st.lists(VALUES, max_size=3)),
+                                         max_size=2), min_size=1, max_size=4),
+)  # fmt: skip
+def test_vectorised_eligibility_is_the_attribute_match(attributes, constraints):
+    spec = ScenarioSpec.model_validate({
+        "agents": [{"name": f"a{i}", "resources": {"cpus": 1}, "attributes": a}
+                   for i, a in enumerate(attributes)],
+        "frameworks": [{"name": f"f{n}", "demand": {"cpus": 1}, "constraints": c}
+                       for n, c in enumerate(constraints)],
+    })  # fmt: skip
+    expected = [[_matches(a.attributes, f.constraints) for a in spec.agents]
+                for f in spec.frameworks]  # fmt: skip
+    assert _eligibility(spec).tolist() == expected
+
+
+def test_trial_statistics_equal_those_of_the_stored_fills():
+    rng = np.random.default_rng(5)
+    capacity, demand = rng.integers(5, 30, (6, 2)), rng.integers(1, 6, (4, 2))
+    cluster = make_cluster(capacity.tolist(), demand.tolist())
+    summary = run_trials(cluster, "drf", "random", trials=7, seed=3, with_optimum=False)
+    fills = []
+    for t in range(7):  # the same draws, kept whole: the independent expectation
+        state = AllocationState(cluster)
+        chosen = scheduler("drf")
+        progressive_fill(state, chosen.criterion(), "random", np.random.default_rng([3, t]))
+        fills.append(state.tasks.copy())
+    fills = np.array(fills, dtype=float)
+    assert np.allclose(summary.tasks_mean, fills.mean(axis=0))
+    assert np.allclose(summary.tasks_std, fills.std(axis=0, ddof=1))
+    assert np.array_equal(summary.totals, fills.sum(axis=(1, 2)))
+    assert np.array_equal(summary.framework_totals, fills.sum(axis=2))
+
+
+def test_framework_summary_and_sparse_matrix_of_the_paper_example(example):
+    summary = run_trials(example, "rpsdsf", trials=3, with_optimum=False)  # x = [[19, 2], [2, 19]]
+    rows = summary.framework_summary()
+    # f1: 21 tasks of (5, 1) = (105, 21) of C = (130, 130): dominant share 105/130.
+    assert rows[0] == {"name": "f1", "tasks": 21, "tasks_std": 0, "agents_used": 2,
+                       "dominant_share": pytest.approx(105 / 130, abs=1e-6)}  # fmt: skip
+    only_s1 = make_cluster([[10, 10], [10, 10]], [[1, 1], [1, 1]], eligible=[[1, 0], [1, 1]])
+    matrix = run_trials(only_s1, "drf", with_optimum=False).matrix_json()
+    assert set(matrix["mean"]["f1"]) == {"s1"}  # a pair with no task is left out
+    assert set(matrix["std"]["f1"]) == {"s1"}
+
+
+def test_a_fill_too_big_for_memory_is_refused_before_building_it(monkeypatch):
+    monkeypatch.setattr(memory_guard, "available_bytes", lambda: 10_000)
+    data = {"agents": [{"name": f"a{i}", "resources": {"cpus": 1}} for i in range(100)],
+            "frameworks": [{"name": f"f{n}", "demand": {"cpus": 1}}
+                           for n in range(10)]}  # fmt: skip
+    with pytest.raises(ScenarioError, match=r"10 frameworks x 100 agents would need about "
+                       r"42\.0 KB of memory; 10\.0 KB is available"):  # fmt: skip
+        parse_scenario(data)
+
+
+def _scenario(tmp_path, frameworks: int, agents: int) -> str:
+    """Agents that each hold one task of any framework: a fill of `agents` grants."""
+    data = {"agents": [{"name": f"a{i}", "resources": {"cpus": 1, "mem": 1}}
+                       for i in range(agents)],
+            "frameworks": [{"name": f"f{n}", "demand": {"cpus": 1, "mem": 1}}
+                           for n in range(frameworks)]}  # fmt: skip
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_text_is_a_framework_summary_and_the_matrix_is_on_request(tmp_path):
+    path = _scenario(tmp_path, 3, 9)
+    done = run_fairbroker("fill", path, "-s", "drf", "--seed", "1")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].split() == ["framework", "tasks", "(sd)", "agents", "used", "dominant",
+                                "share"]  # fmt: skip
+    # 9 one-task agents among 3 equal frameworks under DRF: 3 tasks each, on 3 agents.
+    assert lines[2].split() == ["f0", "3.00", "(0.00)", "3", "0.3333"]
+    assert "x matrix: 3 x 9 not shown (use --matrix)" in done.stdout
+    assert max(len(line) for line in lines) < 100
+    shown = run_fairbroker("fill", path, "-s", "drf", "--seed", "1", "--matrix")
+    assert "mean tasks x_{n,i}" in shown.stdout and "not shown" not in shown.stdout
+
+
+def test_json_leaves_out_a_large_matrix_and_says_why(tmp_path):
+    path = _scenario(tmp_path, 401, 500)  # 200,500 pairs: over both defaults
+    done = run_fairbroker("fill", path, "-s", "drf", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["tasks"] is None and out["optimum"] is None
+    assert "optimum: skipped (200,500 pairs > 200,000; use --optimum)" in out["notes"]
+    assert "tasks (the x matrix) left out; use --matrix" in out["notes"]
+    assert len(out["frameworks"]) == 401
+    assert sum(f["tasks"] for f in out["frameworks"]) == out["total"]["mean"] == 500
+    text = run_fairbroker("fill", path, "-s", "drf", "--no-matrix")
+    assert "optimum: skipped (200,500 pairs > 200,000; use --optimum)" in text.stdout
+    sparse = json.loads(run_fairbroker("fill", path, "-s", "drf", "--json", "--matrix").stdout)
+    assert sum(len(row) for row in sparse["tasks"]["mean"].values()) == 500  # one per agent
+
+
+def test_max_grants_stops_a_runaway_fill(tmp_path):
+    done = run_fairbroker("fill", _scenario(tmp_path, 2, 50), "-s", "drf", "--max-grants", "10")
+    one_line_error(done, "--max-grants: the fill was stopped after 10 grants")
