@@ -72,6 +72,7 @@ lint: install
 
 bench: install
 	$(PY) -m benchmarks.bench_fill
+	$(PY) -m benchmarks.bench_fill_scale
 	$(PY) -m benchmarks.ties_report
 	$(PY) -m benchmarks.sim_claims
 	$(PY) -m benchmarks.bench_sim
