@@ -1,0 +1,151 @@
+data "aws_ami" "ubuntu" {
+  most_recent = true
+  owners      = ["099720109477"] # Canonical
+  filter {
+    name   = "name"
+    values = ["ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-*"]
+  }
+}
+
+locals {
+  ami = coalesce(var.ami_id, data.aws_ami.ubuntu.id)
+  # one entry per agent: "t1-0" => {type = "t1", ...}
+  agents = merge([
+    for type, spec in var.agent_types : {
+      for i in range(spec.count) : "${type}-${i}" => merge(spec, { type = type })
+    }
+  ]...)
+  master_ips = [for i in range(var.master_count) : cidrhost(var.subnet_cidr, 10 + i)]
+  broker_ip  = cidrhost(var.subnet_cidr, 20)
+  zk_url     = "zk://${join(",", [for ip in local.master_ips : "${ip}:2181"])}/mesos"
+  common = {
+    mesos_install = templatefile("${path.module}/templates/mesos-install.sh.tftpl", {
+      mesos_tarball_url    = var.mesos_tarball_url
+      mesos_tarball_sha256 = var.mesos_tarball_sha256
+    })
+    spark_version = var.spark_version
+    zk_url        = local.zk_url
+  }
+}
+
+# Every instance: encrypted root volume, IMDSv2 only, detailed monitoring.
+resource "aws_instance" "master" {
+  #checkov:skip=CKV_AWS_88:a public address for admin access from var.admin_cidrs only (security group); use a VPN and drop it where one exists
+  count                       = var.master_count
+  ami                         = local.ami
+  instance_type               = var.master_instance_type
+  subnet_id                   = aws_subnet.cluster.id
+  private_ip                  = local.master_ips[count.index]
+  vpc_security_group_ids      = [aws_security_group.cluster.id]
+  associate_public_ip_address = true
+  key_name                    = var.ssh_key_name
+  monitoring                  = true
+  ebs_optimized               = true
+  iam_instance_profile        = aws_iam_instance_profile.node.name
+  user_data = templatefile("${path.module}/templates/master.yaml.tftpl", merge(local.common, {
+    id         = count.index + 1
+    master_ips = local.master_ips
+    quorum     = floor(var.master_count / 2) + 1
+    cluster    = var.name
+  }))
+  metadata_options {
+    http_endpoint = "enabled"
+    http_tokens   = "required"
+  }
+  root_block_device {
+    encrypted   = true
+    volume_size = var.root_volume_gb
+  }
+  tags = { Name = "${var.name}-master-${count.index + 1}", Role = "mesos-master" }
+}
+
+resource "aws_instance" "agent" {
+  #checkov:skip=CKV_AWS_88:a public address for package downloads and admin access from var.admin_cidrs only; use a NAT gateway and VPN to drop it
+  for_each                    = local.agents
+  ami                         = local.ami
+  instance_type               = each.value.instance_type
+  subnet_id                   = aws_subnet.cluster.id
+  vpc_security_group_ids      = [aws_security_group.cluster.id]
+  associate_public_ip_address = true
+  key_name                    = var.ssh_key_name
+  monitoring                  = true
+  ebs_optimized               = true
+  iam_instance_profile        = aws_iam_instance_profile.node.name
+  user_data = templatefile("${path.module}/templates/agent.yaml.tftpl", merge(local.common, {
+    resources  = "cpus:${each.value.cpus};mem:${each.value.mem_mb}"
+    attributes = "type:${each.value.type}"
+  }))
+  metadata_options {
+    http_endpoint = "enabled"
+    http_tokens   = "required"
+  }
+  root_block_device {
+    encrypted   = true
+    volume_size = var.root_volume_gb
+  }
+  tags = { Name = "${var.name}-agent-${each.key}", Role = "mesos-agent", AgentType = each.value.type }
+}
+
+resource "aws_instance" "broker" {
+  #checkov:skip=CKV_AWS_88:a public address for admin access from var.admin_cidrs only (security group); use a VPN and drop it where one exists
+  ami                         = local.ami
+  instance_type               = var.broker_instance_type
+  subnet_id                   = aws_subnet.cluster.id
+  private_ip                  = local.broker_ip
+  vpc_security_group_ids      = [aws_security_group.cluster.id]
+  associate_public_ip_address = true
+  key_name                    = var.ssh_key_name
+  monitoring                  = true
+  ebs_optimized               = true
+  iam_instance_profile        = aws_iam_instance_profile.node.name
+  user_data = templatefile("${path.module}/templates/broker.yaml.tftpl", merge(local.common, {
+    wheel_url       = var.fairbroker_wheel_url
+    install_pymesos = file("${path.module}/../scripts/install_pymesos.py")
+    role            = var.broker_role
+    scheduler       = var.broker_scheduler
+    master_ip       = local.master_ips[0]
+    quota_cpus      = sum([for a in values(local.agents) : a.cpus])
+    quota_mem       = sum([for a in values(local.agents) : a.mem_mb])
+    broker_ip       = local.broker_ip
+    systemd_unit    = file("${path.module}/../deploy/systemd/fairbroker.service")
+    alerts          = file("${path.module}/../deploy/alerts.yml")
+    grafana_board   = file("${path.module}/../deploy/grafana/fairbroker.json")
+    grafana_boards  = file("${path.module}/../deploy/grafana/dashboards.yml")
+  }))
+  metadata_options {
+    http_endpoint = "enabled"
+    http_tokens   = "required"
+  }
+  root_block_device {
+    encrypted   = true
+    volume_size = var.root_volume_gb
+  }
+  depends_on = [aws_instance.master]
+  tags       = { Name = "${var.name}-broker", Role = "fairbroker" }
+}
+
+# Instances may be managed through SSM instead of SSH; nothing else.
+data "aws_iam_policy_document" "node_assume" {
+  statement {
+    actions = ["sts:AssumeRole"]
+    principals {
+      type        = "Service"
+      identifiers = ["ec2.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role" "node" {
+  name               = "${var.name}-node"
+  assume_role_policy = data.aws_iam_policy_document.node_assume.json
+}
+
+resource "aws_iam_role_policy_attachment" "node_ssm" {
+  role       = aws_iam_role.node.name
+  policy_arn = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+}
+
+resource "aws_iam_instance_profile" "node" {
+  name = "${var.name}-node"
+  role = aws_iam_role.node.name
+}

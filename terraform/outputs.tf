@@ -1,0 +1,34 @@
+output "mesos_master_url" {
+  description = "The Mesos master's UI and API (the leading master is elected among these)."
+  value       = "http://${aws_instance.master[0].public_ip}:5050"
+}
+
+output "mesos_master_zk" {
+  description = "The masters through ZooKeeper, as frameworks and agents address them."
+  value       = local.zk_url
+}
+
+output "broker_api" {
+  description = "Spark's master URL for jobs inside the VPC (sparkbroker://HOST:7080)."
+  value       = "sparkbroker://${aws_instance.broker.private_ip}:7080"
+}
+
+output "broker_grpc" {
+  description = "The broker's gRPC address (fairbroker status / configure --broker)."
+  value       = "${aws_instance.broker.public_ip}:7081"
+}
+
+output "prometheus_url" {
+  description = "Prometheus on the broker host (admin CIDRs only)."
+  value       = "http://${aws_instance.broker.public_ip}:9090"
+}
+
+output "grafana_url" {
+  description = "Grafana on the broker host (admin CIDRs only)."
+  value       = "http://${aws_instance.broker.public_ip}:3000"
+}
+
+output "agents" {
+  description = "Agent name => private IP, type."
+  value       = { for k, a in aws_instance.agent : k => { ip = a.private_ip, type = local.agents[k].type } }
+}

@@ -1,0 +1,201 @@
+variable "region" {
+  description = "AWS region."
+  type        = string
+  default     = "us-east-1"
+}
+
+variable "name" {
+  description = "Name prefix of every resource (letters, digits and dashes)."
+  type        = string
+  default     = "fairbroker"
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,30}$", var.name))
+    error_message = "name: 2-31 lower-case letters, digits or dashes, starting with a letter."
+  }
+}
+
+variable "vpc_cidr" {
+  description = "CIDR block of the VPC."
+  type        = string
+  default     = "10.42.0.0/16"
+  validation {
+    condition     = can(cidrhost(var.vpc_cidr, 0)) && tonumber(split("/", var.vpc_cidr)[1]) <= 24
+    error_message = "vpc_cidr: a valid IPv4 CIDR block of /24 or larger."
+  }
+}
+
+variable "subnet_cidr" {
+  description = "CIDR block of the cluster's subnet (inside vpc_cidr)."
+  type        = string
+  default     = "10.42.1.0/24"
+  validation {
+    condition     = can(cidrhost(var.subnet_cidr, 0))
+    error_message = "subnet_cidr: a valid IPv4 CIDR block."
+  }
+}
+
+variable "admin_cidrs" {
+  description = "Who may reach the admin ports (SSH, Mesos 5050/5051, ZooKeeper, the broker's API and metrics, Prometheus, Grafana). Never the whole Internet."
+  type        = list(string)
+  validation {
+    condition     = length(var.admin_cidrs) > 0 && alltrue([for c in var.admin_cidrs : can(cidrhost(c, 0)) && c != "0.0.0.0/0" && c != "::/0"])
+    error_message = "admin_cidrs: one or more valid CIDR blocks, none of them 0.0.0.0/0 or ::/0."
+  }
+}
+
+variable "tenant_cidrs" {
+  description = "Where Spark drivers run: they reach the broker's tenant API (7080-7081) and the executors reach them back. Default: inside the VPC only."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for c in var.tenant_cidrs : can(cidrhost(c, 0)) && c != "0.0.0.0/0" && c != "::/0"])
+    error_message = "tenant_cidrs: valid CIDR blocks, none of them 0.0.0.0/0 or ::/0."
+  }
+}
+
+variable "ssh_key_name" {
+  description = "Name of an existing EC2 key pair for SSH (null: no key, use SSM)."
+  type        = string
+  default     = null
+}
+
+variable "ami_id" {
+  description = "AMI of every instance (null: the latest Ubuntu 22.04 LTS from Canonical)."
+  type        = string
+  default     = null
+  validation {
+    condition     = var.ami_id == null || can(regex("^ami-[0-9a-f]{8,17}$", var.ami_id))
+    error_message = "ami_id: null or an AMI id (ami-...)."
+  }
+}
+
+variable "master_count" {
+  description = "Mesos masters, each with ZooKeeper: 1, or 3 for high availability."
+  type        = number
+  default     = 1
+  validation {
+    condition     = contains([1, 3], var.master_count)
+    error_message = "master_count: 1 or 3."
+  }
+}
+
+variable "master_instance_type" {
+  description = "Instance type of the masters."
+  type        = string
+  default     = "t3.medium"
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]*[0-9][a-z0-9-]*\\.[a-z0-9]+$", var.master_instance_type))
+    error_message = "master_instance_type: an EC2 instance type such as t3.medium."
+  }
+}
+
+variable "broker_instance_type" {
+  description = "Instance type of the broker host (the broker, Prometheus and Grafana)."
+  type        = string
+  default     = "t3.medium"
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]*[0-9][a-z0-9-]*\\.[a-z0-9]+$", var.broker_instance_type))
+    error_message = "broker_instance_type: an EC2 instance type such as t3.medium."
+  }
+}
+
+# The defaults are paper 002's six servers: two each of 4 CPU/14 GB, 8 CPU/8 GB and
+# 6 CPU/11 GB. `cpus` and `mem_mb` are what each agent declares to Mesos (--resources), so an
+# instance type larger than the declaration is fine; smaller is refused by the agent.
+variable "agent_types" {
+  description = "Agent types: count, EC2 instance type, the cpus and mem (MiB) declared to Mesos, and the value of the agent attribute `type`."
+  type = map(object({
+    count         = number
+    instance_type = string
+    cpus          = number
+    mem_mb        = number
+  }))
+  default = {
+    t1 = { count = 2, instance_type = "r5.xlarge", cpus = 4, mem_mb = 14336 }
+    t2 = { count = 2, instance_type = "c5.2xlarge", cpus = 8, mem_mb = 8192 }
+    t3 = { count = 2, instance_type = "m5.2xlarge", cpus = 6, mem_mb = 11264 }
+  }
+  validation {
+    condition     = alltrue([for t in values(var.agent_types) : t.count >= 0 && t.count <= 100 && floor(t.count) == t.count])
+    error_message = "agent_types: each count is a whole number from 0 to 100."
+  }
+  validation {
+    condition     = alltrue([for t in values(var.agent_types) : can(regex("^[a-z][a-z0-9-]*[0-9][a-z0-9-]*\\.[a-z0-9]+$", t.instance_type))])
+    error_message = "agent_types: each instance_type is an EC2 instance type such as m5.2xlarge."
+  }
+  validation {
+    condition     = alltrue([for t in values(var.agent_types) : t.cpus > 0 && t.mem_mb >= 1024])
+    error_message = "agent_types: cpus must be positive and mem_mb at least 1024."
+  }
+  validation {
+    condition     = alltrue([for k in keys(var.agent_types) : can(regex("^[a-z0-9]{1,16}$", k))])
+    error_message = "agent_types: type names are 1-16 lower-case letters or digits."
+  }
+}
+
+variable "mesos_tarball_url" {
+  description = "HTTPS URL of a tarball of Mesos 1.11.0 built for the AMI (bin/, sbin/, lib/, libexec/ under /opt/mesos; e.g. exported from docker/agent/Dockerfile's build stage). Apache publishes no packages."
+  type        = string
+  validation {
+    condition     = can(regex("^https://", var.mesos_tarball_url))
+    error_message = "mesos_tarball_url: an https:// URL."
+  }
+}
+
+variable "mesos_tarball_sha256" {
+  description = "SHA-256 of mesos_tarball_url, checked before it is unpacked."
+  type        = string
+  validation {
+    condition     = can(regex("^[0-9a-f]{64}$", var.mesos_tarball_sha256))
+    error_message = "mesos_tarball_sha256: 64 lower-case hex digits."
+  }
+}
+
+variable "spark_version" {
+  description = "Spark on the agents and the broker host: the version the fairbroker plugin is built for."
+  type        = string
+  default     = "4.3.0"
+  validation {
+    condition     = can(regex("^[34]\\.[0-9]+\\.[0-9]+$", var.spark_version))
+    error_message = "spark_version: a Spark 3.x or 4.x version such as 4.3.0."
+  }
+}
+
+variable "fairbroker_wheel_url" {
+  description = "HTTPS URL of the fairbroker wheel (python -m build) installed on the broker host."
+  type        = string
+  validation {
+    condition     = can(regex("^https://.*\\.whl$", var.fairbroker_wheel_url))
+    error_message = "fairbroker_wheel_url: an https:// URL of a .whl file."
+  }
+}
+
+variable "broker_role" {
+  description = "Mesos role of the broker's framework; its quota is set at start."
+  type        = string
+  default     = "spark"
+  validation {
+    condition     = can(regex("^[a-zA-Z0-9_][a-zA-Z0-9_.-]*$", var.broker_role)) && var.broker_role != "*"
+    error_message = "broker_role: a Mesos role name (not *)."
+  }
+}
+
+variable "broker_scheduler" {
+  description = "The broker's scheduler."
+  type        = string
+  default     = "rpsdsf"
+  validation {
+    condition     = contains(["drf", "tsf", "psdsf", "rpsdsf", "bfdrf"], var.broker_scheduler)
+    error_message = "broker_scheduler: one of drf, tsf, psdsf, rpsdsf, bfdrf."
+  }
+}
+
+variable "root_volume_gb" {
+  description = "Root volume size of every instance (GiB)."
+  type        = number
+  default     = 40
+  validation {
+    condition     = var.root_volume_gb >= 20 && var.root_volume_gb <= 2000
+    error_message = "root_volume_gb: from 20 to 2000."
+  }
+}
