@@ -78,6 +78,9 @@ bench: install
 	$(PY) -m benchmarks.bench_sim
 	$(PY) -m benchmarks.bench_broker
 	$(PY) -m benchmarks.bench_cli
+	$(PY) -m benchmarks.bench_fuga
+	$(PY) -m benchmarks.fuga_report
+	$(PY) -m benchmarks.admission_report
 
 clean:
 	rm -rf $(VENV) $(VENV35) $(VENV_DEPLOY) .pytest_cache .hypothesis
