@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from allocator.cli_fuga import fuga_options
 from allocator.cli_types import (
     SEED,
     choice_of,
@@ -32,6 +33,7 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
+@fuga_options
 @click.option(
     "--scheduler",
     "-s",
@@ -154,6 +156,7 @@ def _simulate(
 
 @cli.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
+@fuga_options
 @click.option(
     "--scheduler",
     "-s",

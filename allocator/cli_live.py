@@ -6,6 +6,7 @@ import os
 
 import click
 
+from allocator.cli_fuga import fuga_options
 from allocator.cli_types import (
     FiniteFloat,
     LazyChoice,
@@ -37,6 +38,7 @@ def policy_options(func):
     func = click.option(
         "--mode", type=mode_choice(), default="characterized", show_default=True
     )(func)
+    func = fuga_options(func)
     return click.option(
         "--scheduler", type=scheduler_choice(), default="rpsdsf", show_default=True
     )(func)

@@ -189,3 +189,29 @@ def test_fuga_is_a_registered_scheduler():
     chosen = scheduler("FUGA")
     assert chosen.default_selection is Selection.FUGA
     assert isinstance(chosen.criterion(), Fuga) and chosen.criterion().params.k == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--fuga-k", "0"], "fairbroker: error: fuga.k: must be a positive integer, got 0"),
+        (["--fuga-lambda", "-1"], "fairbroker: error: fuga.lambda: must be finite and >= 0"),
+    ],
+)
+def test_bad_fuga_options_are_one_line_errors(args, message):
+    done = run_fairbroker("fill", str(EXAMPLE), "-s", "fuga", *args)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().startswith(message) and len(done.stderr.splitlines()) == 1
+
+
+def test_fuga_options_reach_the_scheduler(monkeypatch):
+    from click.testing import CliRunner
+
+    from allocator.cli import cli
+
+    monkeypatch.setattr(Fuga, "defaults", FugaParams())
+    done = CliRunner().invoke(
+        cli, ["fill", str(EXAMPLE), "-s", "fuga", "--fuga-k", "2", "--fuga-lambda", "0.5"]
+    )
+    assert done.exit_code == 0, done.output
+    assert Fuga().params == FugaParams(k=2, lam=0.5)

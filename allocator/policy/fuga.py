@@ -28,7 +28,7 @@ filling, so `fuga` runs wherever the other schedulers run.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -66,9 +66,12 @@ class Fuga(DRF):
     is FUGA's own selection, which reads its parameters from here."""
 
     name = "fuga"
+    #: What `Fuga()` uses: the command line's --fuga-k/--fuga-lambda set it for the process
+    #: (the engine builds its criterion by name, so a run cannot be handed one).
+    defaults: ClassVar[FugaParams] = FugaParams()
 
     def __init__(self, params: FugaParams | None = None) -> None:
-        self.params = params or FugaParams()
+        self.params = params or Fuga.defaults
 
 
 # ---- the pieces of the game, each testable on its own -------------------------------------
