@@ -18,6 +18,8 @@ from __future__ import annotations
 import functools
 import getpass
 import logging
+import math
+import re
 import shlex
 import threading
 import time
@@ -34,10 +36,12 @@ from allocator.backends.base import (
     TaskStatus,
 )
 from allocator.backends.executor import ExecutorEnvPolicy, executor_launch
+from allocator.errors import FairbrokerError
 
 log = logging.getLogger(__name__)
 
 ROLE_ATTRIBUTE = "mesos_role"
+FRAMEWORK_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 HEARTBEAT_SECONDS = 15.0  # the master's fixed interval
 MISSED_HEARTBEATS = 5  # then the connection is considered dead and re-established
 TERMINAL = {
@@ -76,7 +80,7 @@ class MesosOptions:
     master: str  # HOST:5050 or zk://...
     roles: tuple[str, ...] = ("*",)
     principal: str | None = None
-    secret: str | None = None
+    secret: str | None = field(default=None, repr=False)  # never in logs or reprs
     failover_timeout: float = 7 * 24 * 3600.0
     framework_name: str = "fairbroker"
     user: str | None = None  # the user tasks run as (default: the broker's own)
@@ -149,7 +153,10 @@ class MesosBackend:
         self._last_heartbeat = time.monotonic()
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
+        self._undeclined: set[str] = set()  # offers whose DECLINE failed (still outstanding)
         self._abandoned: set[str] = set()  # task ids the broker dropped at recovery
+        if any("@" in role for role in options.roles):
+            raise FairbrokerError(f"roles: a Mesos role name holds no '@', got {options.roles}")
         self.framework_id: str | None = self._load_framework_id()
 
     # ---- Backend -----------------------------------------------------------------------
@@ -177,7 +184,7 @@ class MesosBackend:
     def launch(self, spec: LaunchSpec) -> str:
         with self._lock:
             agent = self._agents[spec.agent]
-            agent_id, role = agent.name.split("@")[0], agent.attributes.get(ROLE_ATTRIBUTE, "*")
+            agent_id, role = self._agent_id(spec.agent), agent.attributes.get(ROLE_ATTRIBUTE, "*")
             task_id = f"{spec.tenant_id}.{spec.executor_id}"
             self._pending.setdefault(spec.agent, []).append(
                 self.task_info(spec, task_id, agent_id, agent.hostname, role)
@@ -254,10 +261,13 @@ class MesosBackend:
                         # still outstanding at the master, are handed back at once.
                         for task in tasks:
                             self._lost(task["task_id"]["value"], "ACCEPT refused by the master")
-                        self._call("declineOffer", ids, {"refuse_seconds": 0.0})
+                        self._decline([o.offer_id for o in offers], 0.0)
                 else:
-                    self._call("declineOffer", ids, {"refuse_seconds": self.options.refuse_seconds})
+                    self._decline([o.offer_id for o in offers], self.options.refuse_seconds)
                     self._offer_counts["declined"] += len(ids)
+                for o in offers:  # still outstanding at the master: keep them
+                    if o.offer_id in self._undeclined:
+                        self._offers[o.offer_id] = o
                 self._report_capacity(key)
             for tasks in pending.values():  # offers gone (rescinded) before the accept
                 for task in tasks:
@@ -274,7 +284,9 @@ class MesosBackend:
         try:
             getattr(self._driver, name)(*args)
         except Exception as error:
-            log.error("Mesos call %s failed: %s", name, error)
+            # pymesos puts the request body (task environments) after the first line
+            first = str(error).split("\n", 1)[0][:300]
+            log.error("Mesos call %s failed: %s", name, first)
             return False
         return True
 
@@ -289,7 +301,8 @@ class MesosBackend:
         (a task whose launch was recorded but not its ACCEPT has its deterministic id)."""
         task_id = handle or f"{spec.tenant_id}.{spec.executor_id}"
         with self._lock:
-            self._tasks[task_id] = _Task(spec, spec.agent, spec.agent.split("@")[0], "TASK_RUNNING")
+            agent_id = self._agent_id(spec.agent)
+            self._tasks[task_id] = _Task(spec, spec.agent, agent_id, "TASK_RUNNING")
         return True
 
     def reconcile(self, adopted: set[tuple[str, str]], abandoned: list[LaunchSpec]) -> None:
@@ -346,15 +359,17 @@ class MesosBackend:
         self._last_heartbeat = time.monotonic()
         with self._lock:
             for raw in offers:
-                role = raw.get("allocation_info", {}).get("role", self.options.roles[0])
-                offer = _Offer(
-                    offer_id=raw["id"]["value"],
-                    agent_id=raw["agent_id"]["value"],
-                    hostname=raw["hostname"],
-                    role=role,
-                    resources=scalars(raw.get("resources", []), role),
-                    attributes=attributes(raw),
-                )
+                try:
+                    offer = self._parse_offer(raw)
+                except (KeyError, TypeError, ValueError, AttributeError) as error:
+                    # One bad offer costs only itself: it is declined, the others are used.
+                    offer_id = _offer_id(raw)
+                    log.warning("declining malformed offer %s: %s", offer_id or "?", error)
+                    self._offer_counts["received"] += 1
+                    if offer_id:
+                        self._decline([offer_id], self.options.refuse_seconds)
+                    continue
+                role = offer.role
                 self._offers[offer.offer_id] = offer
                 self._offer_counts["received"] += 1
                 key = self._key(offer)
@@ -366,10 +381,38 @@ class MesosBackend:
                 self._report_capacity(key)
         self._emit()
 
+    def _parse_offer(self, raw: dict) -> _Offer:
+        role = raw.get("allocation_info", {}).get("role", self.options.roles[0])
+        hostname = raw.get("hostname")
+        if not isinstance(hostname, str) or not hostname:
+            raise ValueError("no hostname")
+        resources = scalars(raw.get("resources", []), role)
+        for name, value in resources.items():
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"resource {name!r}: {value}")
+        return _Offer(
+            offer_id=str(raw["id"]["value"]),
+            agent_id=str(raw["agent_id"]["value"]),
+            hostname=hostname,
+            role=role,
+            resources=resources,
+            attributes=attributes(raw),
+        )
+
+    def _decline(self, offer_ids: list[str], refuse_seconds: float) -> None:
+        """Decline; a DECLINE that fails leaves the offers outstanding at the master, so
+        they are kept (and used or declined again at the next run) until rescinded."""
+        ids = [{"value": i} for i in offer_ids]
+        if self._call("declineOffer", ids, {"refuse_seconds": refuse_seconds}):
+            self._undeclined.difference_update(offer_ids)
+        else:
+            self._undeclined.update(offer_ids)
+
     @_guarded
     def offerRescinded(self, driver: Any, offer_id: dict) -> None:
         with self._lock:
             offer = self._offers.pop(offer_id["value"], None)
+            self._undeclined.discard(offer_id["value"])
             if offer is not None:
                 self._offer_counts["rescinded"] += 1
                 self._report_capacity(self._key(offer))
@@ -406,7 +449,7 @@ class MesosBackend:
     def slaveLost(self, driver: Any, agent_id: dict) -> None:
         lost = agent_id["value"]
         with self._lock:
-            keys = [k for k in self._agents if k.split("@")[0] == lost]
+            keys = [k for k in self._agents if self._agent_id(k) == lost]
             self._offers = {i: o for i, o in self._offers.items() if o.agent_id != lost}
             self._tasks = {i: t for i, t in self._tasks.items() if t.agent_id != lost}
             for key in keys:
@@ -437,6 +480,11 @@ class MesosBackend:
         pass
 
     # ---- internals ---------------------------------------------------------------------
+    def _agent_id(self, key: str) -> str:
+        """The Mesos agent id of an engine agent (`AGENT` or `AGENT@ROLE`; role names hold
+        no '@', agent ids may)."""
+        return key if len(self.options.roles) == 1 else key.rsplit("@", 1)[0]
+
     def _key(self, offer: _Offer) -> str:
         return offer.agent_id if len(self.options.roles) == 1 else f"{offer.agent_id}@{offer.role}"
 
@@ -525,10 +573,18 @@ class MesosBackend:
         return Path(self.options.state_dir) / "mesos-framework-id"
 
     def _load_framework_id(self) -> str | None:
+        """The id to re-subscribe with; an unreadable file is an error (a silent new
+        framework would orphan every task of the old one)."""
+        path = self._framework_file()
         try:
-            return self._framework_file().read_text().strip() or None
-        except OSError:
+            text = path.read_text().strip()
+        except FileNotFoundError:
             return None
+        except (OSError, UnicodeDecodeError) as error:
+            raise FairbrokerError(f"{path}: cannot read the Mesos framework id ({error})") from None
+        if text and not FRAMEWORK_ID.fullmatch(text):
+            raise FairbrokerError(f"{path}: not a Mesos framework id: {text[:80]!r}")
+        return text or None
 
     def _save_framework_id(self) -> None:
         path = self._framework_file()
@@ -549,3 +605,10 @@ def _pymesos_driver(scheduler: MesosBackend, framework: dict, options: MesosOpti
         secret=options.secret,
         failover=True,
     )
+
+
+def _offer_id(raw: object) -> str | None:
+    try:
+        return str(raw["id"]["value"])  # type: ignore[index]
+    except (KeyError, TypeError):
+        return None
