@@ -22,7 +22,8 @@ bundle is worth the whole tasks it holds on each agent, and "can grow" means one
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import milp
+from scipy.optimize import LinearConstraint, milp
+from scipy.sparse import coo_array
 
 from allocator.model import Cluster
 from allocator.optimal import _constraints
@@ -80,14 +81,11 @@ def pareto_improvement(cluster: Cluster, x: np.ndarray, integer: bool = False) -
     x is Pareto-optimal)."""
     pairs, constraint, bounds = _constraints(cluster)
     totals = x.sum(axis=1)
-    from scipy.optimize import LinearConstraint
-    from scipy.sparse import coo_array
-
     per_framework = coo_array(
         (np.ones(len(pairs)), (pairs[:, 0], np.arange(len(pairs)))),
         shape=(cluster.n_frameworks, len(pairs)),
     )
-    floor = totals - (0 if integer else _slack(x, False))
+    floor = totals if integer else totals - 1e-9 * np.maximum(totals, 1.0)
     keep = LinearConstraint(per_framework, floor, np.inf)
     result = milp(
         -np.ones(len(pairs)),
@@ -99,7 +97,8 @@ def pareto_improvement(cluster: Cluster, x: np.ndarray, integer: bool = False) -
     if result.status != 0 or result.x is None:
         return 0.0  # no better allocation found (or none feasible within the limit)
     gain = -result.fun - totals.sum()
-    return float(gain) if gain > _slack(x, integer) * (1 if integer else len(totals)) else 0.0
+    threshold = 0.5 if integer else TOLERANCE * max(1.0, float(totals.sum()))
+    return float(gain) if gain > threshold else 0.0
 
 
 def psdsf_violations(

@@ -243,3 +243,37 @@ def test_exact_psdsf_satisfies_def4(cluster: Cluster) -> None:
     result = solve(cluster, "psdsf-exact")
     assert result.converged
     assert psdsf_violations(cluster, result.tasks) == []
+
+
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 3.0, 10.0])
+def test_alpha_best_response_is_the_agents_optimum(alpha: float) -> None:
+    """One agent's answer against SLSQP on its own alpha-fair problem, random offsets."""
+    from allocator.exact.alpha import best_response, utility
+    from allocator.exact.servers import ServerGame
+    from allocator.workloads import google_like_cluster
+
+    cluster = google_like_cluster(6, 6, seed=2)
+    rng = np.random.default_rng(1)
+    for piece in ServerGame(cluster).slices:
+        offsets = rng.uniform(0, 20, len(piece.users)) * (rng.random(len(piece.users)) < 0.6)
+        mine = best_response(piece, offsets, alpha)
+        rate = piece.weight * piece.gamma
+
+        def loss(y, offsets=offsets, rate=rate, piece=piece):
+            with np.errstate(divide="ignore"):  # SLSQP may try y = 0 where offset = 0
+                share = (offsets + np.maximum(y, 0)) / rate
+                return -(piece.weight * utility(share, alpha)).sum()
+
+        free = [
+            {"type": "ineq", "fun": lambda y, p=piece: (p.capacity - y @ p.demand) / p.capacity}
+        ]
+        best = min(
+            (
+                minimize(loss, start, constraints=free, bounds=[(0, None)] * len(mine),
+                         method="SLSQP", options={"maxiter": 500, "ftol": 1e-15})
+                for start in (mine, np.full(len(mine), 0.1))
+            ),
+            key=lambda r: r.fun,
+        )  # fmt: skip
+        assert (mine @ piece.demand <= piece.capacity * (1 + 1e-9)).all()
+        assert loss(mine) <= best.fun + 1e-7 * abs(best.fun)

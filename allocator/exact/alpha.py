@@ -76,8 +76,8 @@ class _Dual:
         e = self.e[interior]
         return (e * weight[:, None]).T @ e
 
-    def minimise(self, start: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(sigma, prices) at the dual minimum, from `start` prices (default 1 each)."""
+    def minimise(self, start: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, bool]:
+        """(sigma, prices, converged) at the dual minimum, from `start` prices (default 1)."""
         used = (self.e > 0).any(axis=0)
         m = used.astype(float) if start is None else np.where(used, start, 0.0)
         for _ in range(NEWTON_STEPS):
@@ -85,7 +85,7 @@ class _Dual:
             g = self.gradient(sigma)
             projected = np.where(m > 0, g, np.minimum(g, 0.0))
             if np.abs(projected).max() <= USAGE_TOLERANCE * self.budget:
-                break
+                return sigma, m, True
             free = (m > 0) | (g < 0)
             h = self.hessian(sigma, interior)[np.ix_(free, free)]
             h = h + np.eye(len(h)) * 1e-12 * max(np.trace(h), 1e-300)
@@ -106,7 +106,9 @@ class _Dual:
             else:
                 break  # no decrease left at machine precision
             m = trial
-        return self.shares(m)[0], m
+        sigma = self.shares(m)[0]
+        projected = np.where(m > 0, self.gradient(sigma), np.minimum(self.gradient(sigma), 0.0))
+        return sigma, m, bool(np.abs(projected).max() <= USAGE_TOLERANCE * self.budget)
 
 
 def best_response(
@@ -127,20 +129,24 @@ def best_response(
         out=np.zeros_like(piece.demand),
         where=capacity > 0,
     )
-    # Scale: the agent's PS-DSF level (alpha = infinity) among frameworks it serves.
-    level = (offsets + water_fill(piece, offsets)) / rate
-    served = level > offsets / rate
-    scale = float(np.median(level[served])) if served.any() else float(level.max(initial=1.0))
-    scale = scale if scale > 0 else 1.0
-    low = offsets / rate / scale
     high = np.minimum(np.maximum(piece.cap, offsets) / rate, offsets / rate + 1.0 / piece.weight)
-    dual = _Dual(e, piece.weight, low, high / scale, 1.0 / scale, alpha)
-    start = None
-    if warm is not None and piece.agent in warm:
-        prices, old_scale = warm[piece.agent]
-        start = prices * (scale / old_scale) ** alpha  # the same prices in the new units
-        start = start if np.all(np.isfinite(start)) else None
-    sigma, prices = dual.minimise(start)
+
+    def run(scale: float, start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, bool]:
+        low = offsets / rate / scale
+        dual = _Dual(e, piece.weight, low, high / scale, 1.0 / scale, alpha)
+        return dual.minimise(start)
+
+    done = False
+    if warm is not None and piece.agent in warm:  # last prices, in the last answer's units
+        prices, scale = warm[piece.agent]
+        sigma, prices, done = run(scale, prices)
+    if not done:
+        # Scale: the agent's PS-DSF level (alpha = infinity) among frameworks it serves.
+        level = (offsets + water_fill(piece, offsets)) / rate
+        served = level > offsets / rate
+        scale = float(np.median(level[served])) if served.any() else float(level.max(initial=1))
+        scale = scale if scale > 0 else 1.0
+        sigma, prices, done = run(scale, None)
     if warm is not None:
         warm[piece.agent] = (prices, scale)
     tasks = np.maximum(sigma * scale * rate - offsets, 0.0)
