@@ -74,6 +74,9 @@ bench: install
 	$(PY) -m benchmarks.bench_fill
 	$(PY) -m benchmarks.bench_fill_scale
 	$(PY) -m benchmarks.ties_report
+	$(PY) -m benchmarks.properties
+	$(PY) -m benchmarks.alpha_tradeoff
+	$(PY) -m benchmarks.bench_exact
 	$(PY) -m benchmarks.sim_claims
 	$(PY) -m benchmarks.bench_sim
 	$(PY) -m benchmarks.bench_broker

@@ -18,8 +18,9 @@ s_n = x_n / (phi_n gamma_{n,i}) and with e_{n,r} = d_{n,r} gamma_{n,i} / c_{i,r}
 the framework's dominant resource there), framework n's best share at resource prices m is
 s_n = clip((m . e_n)^(-1/alpha), own lower and upper bounds); the prices minimise the convex
 dual, found by projected Newton steps with an Armijo line search until every priced resource
-is used to within 1e-9 of its capacity. Shares are scaled by the agent's PS-DSF water level
-first, so the prices stay near 1 even for alpha = 50. `servers.equilibrium` iterates the
+is used to within 1e-9 of its capacity (1e-6 where Newton stalls at a kink). Shares are
+scaled by the agent's PS-DSF water level first, so the prices stay near 1 even for alpha =
+50. `servers.equilibrium` iterates the
 agents' best responses (Gauss-Seidel) to the fixed point, as paper 000 computes its
 equilibrium iteratively.
 """
@@ -34,6 +35,10 @@ from allocator.exact.servers import ServerGame, ServerSlice, equilibrium
 from allocator.model import Cluster
 
 NEWTON_STEPS = 100
+#: Usage within this (relative) of capacity on every priced resource ends the search; a
+#: stall of STALL_STEPS steps ends it within ACCEPT_TOLERANCE.
+STALL_STEPS = 8
+ACCEPT_TOLERANCE = 1e-6
 #: Sweeps over the agents before giving up, and plain best-response sweeps before damping.
 MAX_SWEEPS = 200
 DAMP_AFTER = 20
@@ -57,9 +62,8 @@ class _Dual:
 
     def shares(self, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         price = self.e @ m
-        with np.errstate(divide="ignore"):
-            wanted = np.where(price > 0, price ** (-1.0 / self.alpha), np.inf)
-        sigma = np.clip(wanted, self.low, self.high)
+        wanted = price ** (-1.0 / self.alpha)  # inf where unpriced (errors off in minimise)
+        sigma = np.minimum(np.maximum(wanted, self.low), self.high)
         interior = (wanted > self.low) & (wanted < self.high)
         return sigma, price, interior
 
@@ -78,13 +82,23 @@ class _Dual:
 
     def minimise(self, start: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, bool]:
         """(sigma, prices, converged) at the dual minimum, from `start` prices (default 1)."""
+        with np.errstate(divide="ignore"):
+            return self._minimise(start)
+
+    def _minimise(self, start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, bool]:
         used = (self.e > 0).any(axis=0)
         m = used.astype(float) if start is None else np.where(used, start, 0.0)
+        best, since = np.inf, 0
         for _ in range(NEWTON_STEPS):
             sigma, _, interior = self.shares(m)
             g = self.gradient(sigma)
-            projected = np.where(m > 0, g, np.minimum(g, 0.0))
-            if np.abs(projected).max() <= USAGE_TOLERANCE * self.budget:
+            residual = float(np.abs(np.where(m > 0, g, np.minimum(g, 0.0))).max())
+            if residual <= USAGE_TOLERANCE * self.budget:
+                return sigma, m, True
+            # Newton can circle a kink (a framework entering or leaving the interior) without
+            # getting closer; once near enough, a stall ends the search.
+            best, since = (residual, 0) if residual < 0.5 * best else (best, since + 1)
+            if since >= STALL_STEPS and best <= ACCEPT_TOLERANCE * self.budget:
                 return sigma, m, True
             free = (m > 0) | (g < 0)
             h = self.hessian(sigma, interior)[np.ix_(free, free)]
@@ -97,18 +111,18 @@ class _Dual:
                 direction = -g[free]
             start_value = self.value(m)
             step = 1.0
-            for _ in range(60):
+            for _ in range(30):  # backtracking by 5x: overshoots can be orders of magnitude
                 trial = m.copy()
                 trial[free] = np.maximum(m[free] + step * direction, 0.0)
                 if self.value(trial) <= start_value + 1e-4 * g @ (trial - m):
                     break
-                step *= 0.5
+                step *= 0.2
             else:
                 break  # no decrease left at machine precision
             m = trial
         sigma = self.shares(m)[0]
         projected = np.where(m > 0, self.gradient(sigma), np.minimum(self.gradient(sigma), 0.0))
-        return sigma, m, bool(np.abs(projected).max() <= USAGE_TOLERANCE * self.budget)
+        return sigma, m, bool(np.abs(projected).max() <= ACCEPT_TOLERANCE * self.budget)
 
 
 def best_response(
