@@ -8,11 +8,12 @@ driver process group still running is stopped before the exception propagates.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -146,16 +147,20 @@ class _Batch:
 
     def run_queue(self, group_index: int, queue: int) -> None:
         group = self.spec.groups[group_index]
-        try:
+        with self._thread_body():
             for index in range(group.jobs_per_queue):
                 if self.stop.is_set():
                     return
-                record = self._run_job(group.name, queue, index)
-                with self.lock:
-                    self.records.append(record)
-                self.wake.set()
+                self._done(self._run_job(group.name, queue, index))
                 if group.submit_gap_s and self.stop.wait(group.submit_gap_s):
                     return
+
+    @contextlib.contextmanager
+    def _thread_body(self) -> Iterator[None]:
+        """Around a queue's or a job's thread: an error stops the batch (the main loop raises
+        it); the teardown closing the processes ends the thread quietly."""
+        try:
+            yield
         except ProcessesClosed:
             return
         except BaseException as error:
@@ -163,6 +168,13 @@ class _Batch:
                 self.errors.append(error)
             self.stop.set()
             self.wake.set()
+
+    def _done(self, record: JobRecord, pool: Pool | None = None, key: object = None) -> None:
+        with self.lock:
+            self.records.append(record)
+            if pool is not None:
+                pool.admission.finished(key)
+        self.wake.set()
 
     def dispatch(self) -> float | None:
         """Start the jobs the admission pools admit now; when to look again (batch time)."""
@@ -192,21 +204,9 @@ class _Batch:
         """One admitted job; its end frees its turn in the pool."""
         group = self.spec.groups[group_index]
         queue, index = job_slot(k, group.queues)
-        try:
-            if self.stop.is_set():
-                return
-            record = self._run_job(group.name, queue, index)
-            with self.lock:
-                self.records.append(record)
-                pool.admission.finished((group_index, k))
-            self.wake.set()
-        except ProcessesClosed:
-            return
-        except BaseException as error:
-            with self.lock:
-                self.errors.append(error)
-            self.stop.set()
-            self.wake.set()
+        with self._thread_body():
+            if not self.stop.is_set():
+                self._done(self._run_job(group.name, queue, index), pool, (group_index, k))
 
     def _run_job(self, group: str, queue: int, index: int) -> JobRecord:
         app = self.apps[group]

@@ -282,6 +282,9 @@ def plan(
     total = state.cluster.total
     alloc = _holder_alloc(state.alloc, holder_of, len(holder_weight))
     own_alloc = state.alloc.copy()
+    frameworks = np.arange(state.cluster.n_frameworks)
+    weight = np.asarray(state.cluster.weight, dtype=float)
+    active = state.runnable & ((state.count > 0) | state.wanting())
     left = state.limit - state.count
     capacity = state.cluster.capacity
     used = capacity - state.residual - state.withheld
@@ -319,10 +322,11 @@ def plan(
         last = top[-1]
         tied = (mu.round(12) == mu[last].round(12)) & (skew.round(12) == skew[last].round(12))
         if tied.sum() > np.isin(top, np.flatnonzero(tied)).sum():
-            # A tie across the K-th place: the fairness deviation decides (it is needed
-            # nowhere else, and costs as much as the rest of the ranking).
+            # A tie across the K-th place: the frameworks' fairness deviation decides (it is
+            # needed nowhere else, and costs as much as the rest of the ranking). Per
+            # framework even at role level, so that a role's jobs share its executors.
             deviation = deviation_after(
-                counts, types, demand, alloc, holder_of, holder_weight, users, total
+                counts, types, demand, own_alloc, frameworks, weight, active, total
             )
             top = rank_strategies(mu, skew, params.k, deviation)
         return ServerOptions(agent, types, counts[top], skew[top], float(mu[top[0]]))
