@@ -107,9 +107,20 @@ def serve_options(func):
             help="Start on a damaged state file: keep every readable row, report what was "
             "dropped, keep the damaged files beside it (without this the broker refuses).",
         ),
-        click.option("--token", default=None,
-                     help=f"Require this shared token on the tenant API (env {TOKEN_ENV})."),
-        click.option("--token-file", type=click.Path(dir_okay=False), default=None),
+        click.option(
+            "--token-file", type=click.Path(dir_okay=False), default=None,
+            help="Require the shared token in this file (one line) on the tenant API: the "
+            "preferred way to give it.",
+        ),
+        click.option(
+            "--token", default=None,
+            help=f"The token itself (discouraged: any local user sees it in the process "
+            f"list; use --token-file or the environment variable {TOKEN_ENV}).",
+        ),
+        click.option(
+            "--metrics-token", is_flag=True, default=None,
+            help="Require the token on /metrics too (Prometheus: authorization.credentials).",
+        ),
         click.option(
             "--lease", type=FiniteFloat(min=1), default=d("lease"), show_default=True,
             help="Seconds a tenant may stay silent before it is dropped.",

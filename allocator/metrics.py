@@ -19,7 +19,6 @@ from prometheus_client import (
     Counter,
     Histogram,
     ProcessCollector,
-    start_http_server,
 )
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -34,7 +33,6 @@ from allocator.broker.snapshot import engine_allocation
 from allocator.metrics_defs import AllocationFrame, GroupUsage, constraints_of
 
 if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
 
     from allocator.broker.core import Broker
     from allocator.engine import Engine
@@ -332,17 +330,41 @@ class BrokerMetrics:
 
 
 class MetricsServer:
-    """The registry on http://HOST:PORT/metrics (port 0: an ephemeral port)."""
+    """The registry on http://HOST:PORT/metrics (port 0: an ephemeral port), served as the
+    tenant API is (uvicorn, the same limits); with a token, a scrape must carry it
+    (`Authorization: Bearer TOKEN`, Prometheus's `authorization` scrape setting)."""
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
-        self._server: WSGIServer
-        self._server, self._thread = start_http_server(port, host, registry)
+    def __init__(
+        self, registry: CollectorRegistry, host: str, port: int, token: str | None = None
+    ) -> None:
+        from prometheus_client import make_asgi_app
+
+        from allocator.broker.api import check_token
+        from allocator.broker.asgi import AsgiServer, HttpLimits, respond
+        from allocator.broker.errors import ApiError
+
+        metrics = make_asgi_app(registry)
+
+        async def app(scope, receive, send) -> None:
+            if scope["type"] != "http":
+                return
+            if scope["path"] != "/metrics":
+                await respond(send, 404, b"not found: the metrics are at /metrics\n", "text/plain")
+                return
+            headers = dict(scope["headers"])
+            try:
+                check_token(token, headers.get(b"authorization", b"").decode("latin-1"))
+            except ApiError as error:
+                await respond(send, 401, f"{error}\n".encode(), "text/plain")
+                return
+            await metrics(scope, receive, send)
+
+        self._server = AsgiServer(app, host, port, HttpLimits(max_body_bytes=0), "metrics-http")
+        self._server.start()
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return self._server.port
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._server.stop()

@@ -30,6 +30,7 @@ def broker_options(config: ServeConfig) -> BrokerOptions:
         state_dir=config.state_dir,
         state_recover=config.state_recover,
         metrics_port=config.metrics_port if config.metrics else None,
+        metrics_token=config.metrics_token,
     )
     if config.cluster is not None:
         options.cluster_file = config.cluster

@@ -54,6 +54,7 @@ class ServeConfig(BaseModel):
     port: int = Field(DEFAULT_HTTP_PORT, ge=0, le=65535)
     grpc_port: int = Field(DEFAULT_GRPC_PORT, ge=0, le=65535)
     metrics: bool = True
+    metrics_token: bool = False  # /metrics requires the tenant API's token too
     metrics_port: int = Field(DEFAULT_METRICS_PORT, ge=0, le=65535)
     state_dir: Path = Path(".fairbroker")
     state_recover: bool = False  # start on a damaged state file, keeping what is readable
@@ -98,6 +99,8 @@ class ServeConfig(BaseModel):
             raise ValueError("principal: principal and secret_file go together")
         if self.token is not None and self.token_file is not None:
             raise ValueError("token: give token or token_file, not both")
+        if self.metrics_token and self.token is None and self.token_file is None:
+            raise ValueError("metrics_token: needs token or token_file")
         if not self.roles or any(not r.strip() for r in self.roles):
             raise ValueError("roles: role names must not be empty")
         return self

@@ -76,11 +76,17 @@ HTTP_STATUS = {
 
 
 def check_token(expected: str | None, authorization: str | None) -> None:
-    """Shared-token authentication: `Authorization: Bearer <token>` when a token is set."""
+    """Shared-token authentication: `Authorization: Bearer <token>` when a token is set (the
+    scheme in any case, as RFC 9110 says; a bare token without it is refused)."""
     if not expected:
         return
-    given = (authorization or "").removeprefix("Bearer ").strip()
-    if not given or not hmac.compare_digest(given.encode(), expected.encode()):
+    scheme, _, given = (authorization or "").strip().partition(" ")
+    given = given.strip()
+    if (
+        scheme.lower() != "bearer"
+        or not given
+        or not hmac.compare_digest(given.encode(), expected.encode())
+    ):
         raise ApiError("UNAUTHENTICATED", "missing or wrong token (Authorization: Bearer ...)")
 
 

@@ -13,6 +13,8 @@ from allocator.broker.proto import pb_grpc
 
 log = logging.getLogger(__name__)
 
+MAX_CONCURRENT_RPCS = 256
+
 
 def _method(name: str):
     call = CALLS[name]
@@ -61,9 +63,15 @@ class TenantGrpcServer:
     ) -> None:
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="tenant-grpc"),
+            # beyond this many calls in flight a call is refused with RESOURCE_EXHAUSTED at
+            # once instead of queueing without bound
+            maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
             options=[
                 ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
                 ("grpc.so_reuseport", 0),
+                ("grpc.max_concurrent_streams", 100),  # per connection
+                ("grpc.max_connection_idle_ms", 300_000),  # idle clients are let go
+                ("grpc.http2.max_ping_strikes", 2),  # and so are clients that ping-flood
             ],
         )
         pb_grpc.add_TenantServiceServicer_to_server(

@@ -1,14 +1,17 @@
 """The tenant API over HTTP/JSON, for the JVM plugin: POST /v1/<Method> with the request
-message in protobuf's JSON mapping; errors come back as {"error": ..., "code": ...}."""
+message in protobuf's JSON mapping; errors come back as {"error": ..., "code": ...}.
+
+A small ASGI app served by uvicorn (`allocator.broker.asgi`); the broker's calls, which take
+its lock, run on a bounded thread pool so the event loop keeps accepting and timing out
+connections while an allocation run holds the lock.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import sys
-import threading
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
 
 from google.protobuf import json_format
 
@@ -19,138 +22,118 @@ from allocator.broker.api import (
     RequestObserver,
     check_token,
 )
+from allocator.broker.asgi import AsgiServer, HttpLimits, Receive, Scope, Send, read_body, respond
 from allocator.broker.core import ApiError, Broker
+from allocator.broker.validation import printable
 
 log = logging.getLogger(__name__)
 
-DRAIN_LIMIT_BYTES = 16 << 20
+JSON = "application/json"
+TIMED_OUT = b'{"error": "the request body did not arrive in time", "code": "DEADLINE_EXCEEDED"}'
+WRONG_TYPE = b'{"error": "Content-Type must be application/json", "code": "INVALID_ARGUMENT"}'
+HANDLER_THREADS = 16
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: TenantHttpServer
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: object) -> None:
-        log.debug("http %s", format % args)
-
-    def _reply(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _error(self, error: ApiError, method: str) -> None:
-        self.server.observe(method, error.code)
-        body = json.dumps({"error": str(error), "code": error.code}).encode()
-        self._reply(HTTP_STATUS.get(error.code, 500), body)
-
-    def _discard(self, length: int) -> None:
-        """Read an oversized body so the client sees the answer, not a reset connection;
-        beyond DRAIN_LIMIT_BYTES the connection is simply closed."""
-        left = length if 0 < length <= DRAIN_LIMIT_BYTES else 0
-        while left > 0:
-            chunk = self.rfile.read(min(left, 1 << 16))
-            if not chunk:
-                return
-            left -= len(chunk)
-
-    def do_GET(self) -> None:
-        if self.path == "/healthz":
-            self._reply(200, b'{"ok": true}')
-        elif self.path == "/v1/GetAllocation":
-            self._call("GetAllocation", b"{}")
-        else:
-            self._error(ApiError("NOT_FOUND", f"no such path {self.path}"), "")
-
-    def do_POST(self) -> None:
-        method = self.path.removeprefix("/v1/")
-        try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            length = -1
-        if length < 0 or length > MAX_REQUEST_BYTES:
-            self.close_connection = True
-            self._discard(length)
-            self._error(
-                ApiError(
-                    "RESOURCE_EXHAUSTED",
-                    f"request body of {length} bytes; the limit is {MAX_REQUEST_BYTES}",
-                ),
-                method,
-            )
-            return
-        body = self.rfile.read(length)
-        content_type = self.headers.get("Content-Type", "")
-        if content_type.split(";")[0].strip() != "application/json":
-            self.send_response(HTTPStatus.UNSUPPORTED_MEDIA_TYPE)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            self.server.observe(method, "UNSUPPORTED_MEDIA_TYPE")
-            return
-        self._call(method, body)
-
-    def _call(self, method: str, body: bytes) -> None:
-        try:
-            call = CALLS.get(method)
-            if call is None:
-                raise ApiError("UNIMPLEMENTED", f"no such call {method!r}; calls: {sorted(CALLS)}")
-            check_token(self.server.token, self.headers.get("Authorization"))
-            try:
-                request = json_format.Parse(body or b"{}", call.request_type())
-            except json_format.ParseError as error:
-                raise ApiError("INVALID_ARGUMENT", f"malformed {method} request: {error}") from None
-            reply = call.handler(self.server.broker, request)
-        except ApiError as error:
-            self._error(error, method)
-            return
-        except Exception as error:  # never let one request take the server down
-            log.exception("HTTP %s failed", method)
-            self._error(ApiError("INTERNAL", f"internal error: {error}"), method)
-            return
-        self.server.observe(method, "OK")
-        self._reply(200, json_format.MessageToJson(reply, indent=None).encode())
-
-
-class TenantHttpServer(ThreadingHTTPServer):
-    daemon_threads = True
-
+class TenantHttpServer:
     def __init__(
         self,
         broker: Broker,
         address: tuple[str, int],
         token: str | None = None,
         observer: RequestObserver | None = None,
+        limits: HttpLimits | None = None,
     ) -> None:
-        super().__init__(address, _Handler)
         self.broker = broker
         self.token = token
         self._observer = observer
-        self._thread: threading.Thread | None = None
-
-    def handle_error(self, request: object, client_address: tuple) -> None:
-        """A client that hangs up before its answer (a driver stopping with a short timeout)
-        is routine; anything else is logged, never printed as a bare traceback."""
-        error = sys.exc_info()[1]
-        if isinstance(error, (BrokenPipeError, ConnectionResetError)):
-            log.debug("client %s went away before its answer", client_address)
-        else:
-            log.exception("HTTP request from %s failed", client_address)
+        self.limits = limits or HttpLimits(max_body_bytes=MAX_REQUEST_BYTES)
+        self._pool = ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="tenant-http")
+        host, port = address
+        self._server = AsgiServer(self._app, host, port, self.limits, "tenant-http")
 
     @property
     def port(self) -> int:
-        return self.server_address[1]
+        return self._server.port
+
+    def start(self) -> None:
+        self._server.start()
+
+    def stop(self) -> None:
+        self._server.stop()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def server_close(self) -> None:
+        """Release the port of a server that was never started."""
+        self._server.close()
+        self._pool.shutdown(wait=False)
 
     def observe(self, method: str, code: str) -> None:
         if self._observer is not None:
             self._observer("http", method, code)
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self.serve_forever, name="tenant-http", daemon=True)
-        self._thread.start()
+    # ---- the ASGI app ------------------------------------------------------------------
+    async def _app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        method = scope["path"].removeprefix("/v1/")
+        try:
+            status, body = await self._handle(scope, receive, method)
+        except ApiError as error:
+            self.observe(method, error.code)
+            status = HTTP_STATUS.get(error.code, 500)
+            body = json.dumps({"error": str(error), "code": error.code}).encode()
+        except (TimeoutError, ConnectionError):
+            log.debug("client %s: body not received in time or went away", scope.get("client"))
+            await respond(send, 408, TIMED_OUT, JSON, close=True)
+            return
+        await respond(send, status, body, JSON, close=status in (400, 413))
 
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+    async def _handle(self, scope: Scope, receive: Receive, method: str) -> tuple[int, bytes]:
+        verb, path = scope["method"], scope["path"]
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if verb == "GET" and path == "/healthz":
+            return 200, b'{"ok": true}'
+        if verb == "GET" and path == "/v1/GetAllocation":
+            return await self._call("GetAllocation", b"{}", headers)
+        if verb != "POST" or not path.startswith("/v1/"):
+            raise ApiError("NOT_FOUND", f"no such path {printable(verb)} {printable(path[:200])}")
+        if "transfer-encoding" in headers and "content-length" in headers:
+            # RFC 9112 6.1 lets a server refuse this (the classic smuggling shape); we do
+            raise ApiError("INVALID_ARGUMENT", "both Transfer-Encoding and Content-Length")
+        body = await read_body(receive, self.limits)
+        if body is None:
+            raise _too_large(headers.get("content-length"), self.limits.max_body_bytes)
+        if headers.get("content-type", "").split(";")[0].strip().lower() != JSON:
+            self.observe(method, "UNSUPPORTED_MEDIA_TYPE")
+            return 415, WRONG_TYPE
+        return await self._call(method, body, headers)
+
+    async def _call(self, method: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        call = CALLS.get(method)
+        if call is None:
+            raise ApiError(
+                "UNIMPLEMENTED",
+                f"no such call {printable(repr(method[:100]))}; calls: {sorted(CALLS)}",
+            )
+        check_token(self.token, headers.get("authorization"))
+        try:
+            text = body.decode("utf-8") if body else "{}"
+            request = json_format.Parse(text, call.request_type())
+        except (UnicodeDecodeError, json_format.ParseError) as error:
+            message = printable(str(error))[:500]
+            raise ApiError("INVALID_ARGUMENT", f"malformed {method} request: {message}") from None
+        loop = asyncio.get_running_loop()
+        try:
+            reply = await loop.run_in_executor(self._pool, call.handler, self.broker, request)
+        except ApiError:
+            raise
+        except Exception as error:  # never let one request take the server down
+            log.exception("HTTP %s failed", method)
+            raise ApiError("INTERNAL", f"internal error: {type(error).__name__}") from None
+        self.observe(method, "OK")
+        return 200, json_format.MessageToJson(reply, indent=None).encode()
+
+
+def _too_large(length: str | None, limit: int) -> ApiError:
+    size = f"a request body of {length} bytes" if length else "a request body"
+    return ApiError("RESOURCE_EXHAUSTED", f"{size}; the limit is {limit}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,7 @@ from allocator.backends.base import AgentInfo, Backend
 from allocator.backends.cluster_file import DEFAULT_CLUSTER, load_cluster_file
 from allocator.backends.local import LocalCluster
 from allocator.broker.api import RequestObserver
+from allocator.broker.asgi import HttpLimits
 from allocator.broker.core import DEFAULT_LEASE_SECONDS, TICK_SECONDS, Broker
 from allocator.broker.grpc_server import TenantGrpcServer
 from allocator.broker.http_server import TenantHttpServer
@@ -46,6 +48,8 @@ class BrokerOptions:
     metrics_port: int | None = None  # Prometheus /metrics on `host` (0: ephemeral; None: off)
     limits: Limits = field(default_factory=Limits)
     state_recover: bool = False  # keep what is readable of a damaged state file
+    metrics_token: bool = False  # /metrics requires the tenant API's token too
+    http_limits: HttpLimits = field(default_factory=HttpLimits)  # tenant API and /metrics
 
 
 class BrokerService:
@@ -81,15 +85,21 @@ class BrokerService:
         if options.metrics_port is not None:
             self.metrics = BrokerMetrics.of_broker(self.broker)
         address = options.host
-        self.http = TenantHttpServer(
-            self.broker, (address, options.http_port), options.token, self._observe
-        )
+        try:
+            self.http = TenantHttpServer(
+                self.broker, (address, options.http_port), options.token, self._observe,
+                options.http_limits,
+            )  # fmt: skip
+        except Exception:
+            store.close()
+            raise
         try:
             self.grpc = TenantGrpcServer(
                 self.broker, (address, options.grpc_port), options.token, self._observe
             )
         except Exception:
             self.http.server_close()
+            store.close()
             raise
 
     def _observe(self, transport: str, method: str, code: str) -> None:
@@ -116,15 +126,22 @@ class BrokerService:
         if self.metrics is not None and self.options.metrics_port is not None:
             try:
                 self.metrics_server = MetricsServer(
-                    self.metrics.registry, self.options.host, self.options.metrics_port
-                )
+                    self.metrics.registry, self.options.host, self.options.metrics_port,
+                    self.options.token if self.options.metrics_token else None,
+                )  # fmt: skip
             except OSError as error:
                 self.http.server_close()
                 self.grpc.stop()
+                self.broker.store.close()
                 raise OSError(
                     f"cannot serve metrics on {self.options.host}:{self.options.metrics_port}: "
                     f"{error.strerror or error}"
                 ) from None
+        if not self.options.token and not _loopback(self.options.host):
+            log.warning(
+                "serving the tenant API on %s without a token: anyone who can reach it can "
+                "register tenants and start executors (give --token-file)", self.options.host,
+            )  # fmt: skip
         self.broker.start()
         self.http.start()
         self.grpc.start()
@@ -149,3 +166,10 @@ class BrokerService:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

@@ -1,0 +1,175 @@
+"""Serving a small ASGI app with uvicorn on its own thread, with production limits.
+
+uvicorn (h11) does the HTTP/1.1 work: strict framing (chunked bodies, one Content-Length,
+no request smuggling), a listen backlog, a connection/concurrency limit (503 beyond it),
+keep-alive timeouts and a header-size limit. It closes an idle keep-alive connection only
+after a first response, so `_Protocol` adds a deadline for each request head: a connection
+that has not sent a complete request head within `header_timeout` seconds of opening (or of
+its previous response) is closed, which is what stops idle and slowloris connections from
+piling up. Request bodies get their own deadline in the app (`read_body`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import h11
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    backlog: int = 1024  # pending connections the kernel queues
+    max_connections: int = 1000  # beyond this, 503 (uvicorn's limit_concurrency)
+    header_timeout: float = 10.0  # seconds for a complete request head
+    body_timeout: float = 10.0  # seconds for a complete request body
+    keep_alive_timeout: int = 5  # seconds an idle keep-alive connection stays open
+    max_header_bytes: int = 16 << 10
+    max_body_bytes: int = 1 << 20
+    max_requests_per_connection: int = 10_000
+
+
+class _Protocol(H11Protocol):
+    """uvicorn's h11 protocol plus a deadline for each request head."""
+
+    header_timeout = 10.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_deadline()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm_header_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_deadline()
+        super().connection_lost(exc)
+
+    def _arm_header_deadline(self) -> None:
+        self._cancel_header_deadline()
+        self._header_deadline = self.loop.call_later(self.header_timeout, self._header_expired)
+
+    def _cancel_header_deadline(self) -> None:
+        deadline = getattr(self, "_header_deadline", None)
+        if deadline is not None:
+            deadline.cancel()
+            self._header_deadline = None
+
+    def _header_expired(self) -> None:
+        # h11 stays IDLE on the client's side until a whole request head has arrived
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            log.debug("closing a connection that sent no complete request head in time")
+            self.transport.close()
+
+
+class AsgiServer:
+    """`app` on http://HOST:PORT (port 0: any free port), served from a daemon thread."""
+
+    def __init__(self, app: App, host: str, port: int, limits: HttpLimits, name: str) -> None:
+        self.limits = limits
+        self.name = name
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.socket(family, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._socket.bind((host, port))
+            self._socket.listen(limits.backlog)
+        except OSError:
+            self._socket.close()
+            raise
+        protocol = type("Protocol", (_Protocol,), {"header_timeout": limits.header_timeout})
+        self._server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                http=protocol,
+                interface="asgi3",
+                proxy_headers=False,
+                lifespan="off",
+                log_config=None,
+                access_log=False,
+                backlog=limits.backlog,
+                limit_concurrency=limits.max_connections,
+                limit_max_requests=None,
+                timeout_keep_alive=limits.keep_alive_timeout,
+                h11_max_incomplete_event_size=limits.max_header_bytes,
+                timeout_graceful_shutdown=2,
+                server_header=False,
+                date_header=False,
+            )
+        )
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._socket.getsockname()[1])
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name=self.name,
+            daemon=True,
+        )  # fmt: skip
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        self.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._socket.close()
+
+
+DRAIN_LIMIT_BYTES = 16 << 20
+
+
+async def read_body(receive: Receive, limits: HttpLimits) -> bytes | None:
+    """The whole request body within `body_timeout`; None when it is larger than allowed.
+    An oversized body is read and dropped up to DRAIN_LIMIT_BYTES, so that the client sees
+    the answer rather than a reset connection. Raises TimeoutError when the body does not
+    arrive in time."""
+
+    async def read() -> bytes | None:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ConnectionError("client went away")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size <= limits.max_body_bytes:
+                chunks.append(chunk)
+            if not message.get("more_body") or size > DRAIN_LIMIT_BYTES:
+                return b"".join(chunks) if size <= limits.max_body_bytes else None
+
+    return await asyncio.wait_for(read(), limits.body_timeout)
+
+
+async def respond(send: Send, status: int, body: bytes, content_type: str, close=False) -> None:
+    headers = [
+        (b"content-type", content_type.encode()),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

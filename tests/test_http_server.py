@@ -1,0 +1,215 @@
+"""The tenant API's HTTP server under load and abuse: 200 concurrent clients, 300 idle
+connections, slowloris heads and bodies, strict framing, invalid UTF-8, the Bearer scheme,
+and /metrics behind the token. Real sockets on loopback."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from test_broker import AGENTS, RecordingBackend
+
+from allocator.broker.asgi import HttpLimits
+from allocator.broker.client import BrokerCallError, BrokerClient
+from allocator.broker.server import BrokerOptions, BrokerService, _loopback
+
+TOKEN = "s3cret"
+
+
+def register_body(tenant: str) -> bytes:
+    return json.dumps({
+        "tenantId": tenant, "demand": {"cpus": 1, "mem": 512}, "target": 0,
+        "launch": {"driverUrl": "spark://CoarseGrainedScheduler@127.0.0.1:4000",
+                   "appId": tenant, "cores": 1, "heapMib": 128},
+    }).encode()  # fmt: skip
+
+
+@pytest.fixture
+def service(tmp_path: Path):
+    limits = HttpLimits(header_timeout=1.0, body_timeout=1.0, keep_alive_timeout=1)
+    options = BrokerOptions(
+        http_port=0, grpc_port=0, state_dir=tmp_path, token=TOKEN, agents=AGENTS,
+        tick_seconds=0.05, http_limits=limits, metrics_port=0, metrics_token=True,
+    )  # fmt: skip
+    with BrokerService(options, backend=RecordingBackend()) as running:
+        yield running
+
+
+def call(service, method: str, body: bytes, auth: str | None = f"Bearer {TOKEN}", **headers):
+    host, port = service.http_address.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        headers = {"Content-Type": "application/json", **headers}
+        if auth is not None:
+            headers["Authorization"] = auth
+        connection.request("POST", f"/v1/{method}", body=body, headers=headers)
+        answer = connection.getresponse()
+        return answer.status, json.loads(answer.read() or b"{}")
+    finally:
+        connection.close()
+
+
+def raw(service, data: bytes, wait: float = 5.0) -> bytes:
+    """Send bytes as they are; return what comes back until the server closes or `wait`."""
+    host, port = service.http_address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=wait) as s:
+        s.sendall(data)
+        out = b""
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+        except TimeoutError:
+            pass
+        return out
+
+
+def test_200_concurrent_clients_all_served(service) -> None:
+    def client(n: int) -> list[int]:
+        statuses = [call(service, "Register", register_body(f"app-{n}"))[0]]
+        for _ in range(3):
+            heartbeat = json.dumps({"tenantId": f"app-{n}"}).encode()
+            statuses.append(call(service, "Heartbeat", heartbeat)[0])
+        statuses.append(call(service, "GetAllocation", b"{}")[0])
+        return statuses
+
+    pool = ThreadPoolExecutor(200)
+    results = list(pool.map(client, range(200)))
+    pool.shutdown()
+    assert sum(len(r) for r in results) == 1000
+    assert {s for r in results for s in r} == {200}
+    assert len(service.broker.tenants) == 200
+
+
+def test_300_idle_connections_do_not_stop_new_requests_and_are_closed(service) -> None:
+    host, port = service.http_address.rsplit(":", 1)
+    idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(300)]
+    try:
+        for s in idle[::2]:
+            s.sendall(b"POST /v1/Heartbeat HTTP/1.1\r\nHost: x\r\n")  # half a head
+        began = time.monotonic()
+        for n in range(20):
+            assert call(service, "Register", register_body(f"fresh-{n}"))[0] == 200
+        assert time.monotonic() - began < 10
+        # each one is closed once the head deadline (1 s here) has passed
+        for s in idle:
+            assert s.recv(1024) == b""
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_a_slowloris_head_is_cut_off(service) -> None:
+    host, port = service.http_address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        began = time.monotonic()
+        closed = False
+        for byte in b"POST /v1/Heartbeat HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100:
+            try:
+                s.sendall(bytes([byte]))
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.1)
+            if time.monotonic() - began > 5:
+                break
+        if not closed:
+            s.settimeout(5)
+            closed = s.recv(1024) == b""
+        assert closed and time.monotonic() - began < 5
+
+
+def test_a_slow_body_gets_408(service) -> None:
+    head = (
+        b"POST /v1/Heartbeat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Authorization: Bearer s3cret\r\nContent-Length: 100\r\n\r\n{\"tenantId\""
+    )
+    answer = raw(service, head)
+    assert answer.startswith(b"HTTP/1.1 408")
+
+
+def test_framing_is_strict(service) -> None:
+    heartbeat = b'{"tenantId": "nobody"}'
+    two_lengths = (
+        b"POST /v1/Heartbeat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 22\r\nContent-Length: 5\r\n\r\n" + heartbeat
+    )
+    assert raw(service, two_lengths).startswith(b"HTTP/1.1 400")
+    both = (
+        b"POST /v1/Heartbeat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 22\r\nTransfer-Encoding: chunked\r\n\r\n" + heartbeat
+    )
+    assert raw(service, both).startswith(b"HTTP/1.1 400")
+    chunked = (
+        b"POST /v1/Register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Authorization: Bearer s3cret\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    )
+    body = register_body("chunky")
+    chunked += b"".join(
+        b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:40], body[40:])
+    ) + b"0\r\n\r\n"
+    assert raw(service, chunked).startswith(b"HTTP/1.1 200")
+    assert "chunky" in service.broker.tenants
+
+
+def test_invalid_utf8_is_a_400_naming_the_problem(service) -> None:
+    status, reply = call(service, "Register", b'{"tenantId": "\xff\xfe"}')
+    assert status == 400 and reply["code"] == "INVALID_ARGUMENT"
+    assert "malformed Register request" in reply["error"] and "Traceback" not in reply["error"]
+
+
+@pytest.mark.parametrize(
+    ("auth", "status"),
+    [(f"Bearer {TOKEN}", 200), (f"bearer {TOKEN}", 200), (f"BEARER  {TOKEN}", 200),
+     (TOKEN, 401), (f"Basic {TOKEN}", 401), ("Bearer", 401), (None, 401)],
+)  # fmt: skip
+def test_bearer_scheme_is_case_insensitive_and_required(service, auth, status) -> None:
+    assert call(service, "GetAllocation", b"{}", auth=auth)[0] == status
+
+
+def test_grpc_takes_the_same_scheme_rules(service) -> None:
+    with BrokerClient(service.grpc_address) as client:
+        client._metadata = (("authorization", f"bearer {TOKEN}"),)
+        assert client.allocation() is not None
+        client._metadata = (("authorization", TOKEN),)
+        with pytest.raises(BrokerCallError) as error:
+            client.allocation()
+    assert error.value.code == "UNAUTHENTICATED"
+
+
+def test_metrics_can_require_the_token(service) -> None:
+    host, port = service.metrics_address.rsplit(":", 1)
+
+    def scrape(headers: dict) -> int:
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        connection.request("GET", "/metrics", headers=headers)
+        answer = connection.getresponse()
+        answer.read()
+        connection.close()
+        return answer.status
+
+    assert scrape({}) == 401
+    assert scrape({"Authorization": f"Bearer {TOKEN}"}) == 200
+
+
+def test_loopback_addresses() -> None:
+    assert _loopback("127.0.0.1") and _loopback("::1") and _loopback("localhost")
+    assert not _loopback("0.0.0.0") and not _loopback("10.1.2.3") and not _loopback("::")
+
+
+def test_serving_on_all_interfaces_without_a_token_warns(tmp_path, caplog) -> None:
+    """The warning path, without opening a port beyond loopback: the check runs before
+    anything is served, on the configured host."""
+    options = BrokerOptions(http_port=0, grpc_port=0, state_dir=tmp_path, agents=AGENTS,
+                            metrics_port=None)  # fmt: skip
+    service = BrokerService(options, backend=RecordingBackend())
+    service.options.host = "192.0.2.1"  # documentation address: only read by the check
+    try:
+        service.start()
+    finally:
+        service.stop()
+    assert "without a token" in caplog.text
