@@ -180,6 +180,26 @@ def test_capacity_returns_only_when_the_process_has_exited() -> None:
     broker.stop()
 
 
+def test_a_backend_reporting_exits_from_inside_kill() -> None:
+    """A backend may report KILLED synchronously from kill() (the broker's lock is
+    re-entrant): dropping a tenant with several executors then forgets it exactly once."""
+
+    class Synchronous(RecordingBackend):
+        def kill(self, tenant_id: str, executor_id: str) -> None:
+            super().kill(tenant_id, executor_id)
+            spec = next(s for s in self.launched if (s.tenant_id, s.executor_id) ==
+                        (tenant_id, executor_id))  # fmt: skip
+            self.report(spec, ExecutorState.KILLED)
+
+    broker = Broker(Synchronous(), "drf")
+    broker.start(loop=False)
+    broker.register(request("pi", PI, target=3))
+    assert broker.allocate_once() == 3
+    broker.unregister("pi")
+    assert "pi" not in broker.tenants and "pi" not in broker.engine.frameworks
+    broker.stop()
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0

@@ -395,21 +395,24 @@ class Broker:
         only once the last of them has exited. Raises StoreError (nothing changed) when the
         state file cannot record it."""
         self.store.delete_tenant(tenant.tenant_id, executors=False)
-        for executor_id, record in tenant.executors.items():
-            if record.state is not ExecutorState.KILLING:
-                record.state = ExecutorState.KILLING
-                self.backend.kill(tenant.tenant_id, executor_id)
         tenant.stopping_since = time.monotonic()
         self.engine.set_target(tenant.tenant_id, 0)
         log.info(
             "tenant %s %s; stopping its %d executors", tenant.tenant_id, why,
             len(tenant.executors),
         )  # fmt: skip
+        # a backend may report an exit from inside kill(): iterate over a copy
+        for executor_id, record in list(tenant.executors.items()):
+            if record.state is not ExecutorState.KILLING:
+                record.state = ExecutorState.KILLING
+                self.backend.kill(tenant.tenant_id, executor_id)
         self._forget_if_stopped(tenant)
 
     def _forget_if_stopped(self, tenant: Tenant) -> None:
         if tenant.stopping_since is None or tenant.executors:
             return
+        if self.tenants.get(tenant.tenant_id) is not tenant:
+            return  # forgotten already (its last exit was reported from inside kill())
         self.engine.unregister(tenant.tenant_id)
         self._id_floor[tenant.tenant_id] = tenant.next_executor
         del self.tenants[tenant.tenant_id]
