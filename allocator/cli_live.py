@@ -215,9 +215,15 @@ def serve(ctx: click.Context, config_file: str | None, print_config: bool, **fla
 
 
 def _client(broker: str, token: str | None):
-    from allocator.broker.client import BrokerClient
+    from allocator.broker_address import api_client
 
-    return BrokerClient(broker, token=token)
+    return api_client(broker, token)
+
+
+BROKER_HELP = (
+    f"The broker, HOST:PORT: its HTTP port ({DEFAULT_HTTP_PORT}, the one submit and Spark use) "
+    f"or its gRPC port ({DEFAULT_GRPC_PORT})."
+)
 
 
 def render_allocation(allocation) -> str:
@@ -249,8 +255,8 @@ def render_allocation(allocation) -> str:
 
 @click.command()
 @click.option(
-    "--broker", default=f"127.0.0.1:{DEFAULT_GRPC_PORT}", show_default=True,
-    help="The broker's gRPC address.",
+    "--broker", envvar="FAIRBROKER_BROKER", default=f"127.0.0.1:{DEFAULT_HTTP_PORT}",
+    show_default=True, help=BROKER_HELP + " Env FAIRBROKER_BROKER.",
 )  # fmt: skip
 @click.option("--token", envvar=TOKEN_ENV, default=None)
 @click.option("--json", "as_json", is_flag=True, help="The Allocation message as JSON.")
@@ -276,7 +282,10 @@ def status(broker: str, token: str | None, as_json: bool, master: str | None) ->
 
 
 @click.command()
-@click.option("--broker", default=f"127.0.0.1:{DEFAULT_GRPC_PORT}", show_default=True)
+@click.option(
+    "--broker", envvar="FAIRBROKER_BROKER", default=f"127.0.0.1:{DEFAULT_HTTP_PORT}",
+    show_default=True, help=BROKER_HELP + " Env FAIRBROKER_BROKER.",
+)  # fmt: skip
 @click.option("--token", envvar=TOKEN_ENV, default=None)
 @click.option("--scheduler", type=scheduler_choice(), default=None)
 @click.option("--mode", type=mode_choice(), default=None)

@@ -152,6 +152,9 @@ def _parse(args: Sequence[str]) -> _Parsed:
     i = 0
     while i < len(args):
         arg = args[i]
+        if arg == "--":  # `submit --opt x -- app.py`: click keeps the separator; Spark would not
+            i += 1
+            continue
         if not arg.startswith("-"):
             parsed.app = list(args[i:])
             break
@@ -346,6 +349,13 @@ def submit_command(
         )
     except FairbrokerError as error:
         raise click.ClickException(str(error)) from None
+    if not dry_run:
+        from allocator.broker_address import check_submit_address
+
+        try:
+            check_submit_address(broker)
+        except FairbrokerError as error:
+            raise click.ClickException(str(error)) from None
     click.echo(describe_demand(plan.demand, oblivious=oblivious), err=True)
     click.echo(f"fairbroker: {plan.driver_host}", err=True)
     if dry_run:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -228,3 +229,39 @@ def test_scenario_messages_name_the_problem(tmp_path, name, text, command, expec
     args = ["-s", "drf"] if command == "fill" else []
     line = one_line_error(run_fairbroker(command, str(path), *args), expected)
     assert "YAML" not in line or not name.endswith(".json")
+
+
+# ---- one address for status, configure and submit ---------------------------------------
+def test_status_and_configure_answer_on_either_port(running_broker):
+    http, grpc_port, _ = running_broker
+    heads = []
+    for port in (http, grpc_port):
+        done = run_fairbroker("status", "--broker", f"127.0.0.1:{port}", "--json")
+        assert done.returncode == 0, done.stderr
+        heads.append(json.loads(done.stdout)["broker"]["backend"])
+    assert heads == ["local", "local"]
+    done = run_fairbroker("configure", "--broker", f"127.0.0.1:{http}", "--mode", "oblivious")
+    assert done.returncode == 0, done.stderr
+    assert "oblivious mode" in done.stdout
+    seen = run_fairbroker("status", "--broker", f"127.0.0.1:{grpc_port}")
+    assert seen.stdout.startswith("scheduler rpsdsf, oblivious mode")
+    run_fairbroker("configure", "--broker", f"127.0.0.1:{grpc_port}", "--mode", "characterized")
+
+
+def test_submit_to_the_grpc_port_or_to_nothing_is_one_line(running_broker):
+    grpc_port = running_broker[1]
+    done = run_fairbroker("submit", "--broker", f"127.0.0.1:{grpc_port}", "--", "app.py")
+    one_line_error(done, "that is the broker's gRPC port; submit uses its HTTP port")
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        free = unused.getsockname()[1]
+    done = run_fairbroker("submit", "--broker", f"127.0.0.1:{free}", "--", "app.py")
+    one_line_error(done, "no broker answers there")
+
+
+def test_submit_options_before_the_separator_reach_spark_without_it():
+    done = run_fairbroker("submit", "--dry-run", "--executor-memory", "640m", "--", "app.py", "4")
+    assert done.returncode == 0, done.stderr
+    argv = done.stdout.split()
+    assert "--" not in argv and argv[-2:] == ["app.py", "4"]
+    assert "640m" in argv

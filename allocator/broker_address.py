@@ -1,0 +1,131 @@
+"""One broker address for every command: `status`, `configure` and `submit` take HOST:PORT,
+and either of the broker's tenant API ports works where it can.
+
+The broker serves the same API on HTTP/JSON (default 7080, the Spark plugin's) and gRPC
+(default 7081). `status` and `configure` ask /healthz first: an HTTP broker there is used
+through its JSON API, anything else is tried as gRPC. `submit` needs the HTTP port (Spark
+talks HTTP); given the gRPC port it says so.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from allocator.errors import FairbrokerError
+from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT
+
+PROBE_SECONDS = 2.0
+
+
+class BrokerAddressError(FairbrokerError):
+    """No broker, or the wrong one of its ports, at an address."""
+
+
+def _http(address: str, method: str, path: str, body: dict | None, token: str | None,
+          timeout: float) -> tuple[int, Any]:  # fmt: skip
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"http://{address}{path}", data=data, method=method)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            return reply.status, json.loads(reply.read() or b"null")
+    except urllib.error.HTTPError as error:
+        try:
+            return error.code, json.loads(error.read() or b"null")
+        except ValueError:
+            return error.code, None
+
+
+def is_http_broker(address: str) -> bool:
+    """A fairbroker HTTP API answers /healthz at `address`."""
+    try:
+        status, body = _http(address, "GET", "/healthz", None, None, PROBE_SECONDS)
+    except (OSError, ValueError, http.client.HTTPException):  # refused, not HTTP, not JSON
+        return False
+    return status == 200 and isinstance(body, dict) and body.get("ok") is True
+
+
+def is_grpc_broker(address: str) -> bool:
+    """A fairbroker gRPC API answers at `address` (even if it then wants a token)."""
+    import grpc
+
+    from allocator.broker.client import BrokerCallError, BrokerClient
+
+    with BrokerClient(address, timeout=PROBE_SECONDS) as client:
+        try:
+            client.allocation()
+        except BrokerCallError as error:
+            return error.code not in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "UNIMPLEMENTED")
+        except grpc.RpcError:
+            return False
+    return True
+
+
+class HttpBrokerClient:
+    """`status` and `configure` over the HTTP/JSON API (same messages as gRPC)."""
+
+    def __init__(self, address: str, token: str | None, timeout: float = 10.0) -> None:
+        self.address, self.token, self.timeout = address, token, timeout
+
+    def _call(self, name: str, body: dict, reply_type: type) -> Any:
+        from google.protobuf import json_format
+
+        try:
+            status, data = _http(self.address, "POST", f"/v1/{name}", body, self.token,
+                                 self.timeout)  # fmt: skip
+        except (OSError, ValueError, http.client.HTTPException) as error:
+            raise BrokerAddressError(f"broker at {self.address}: {error}") from None
+        if status != 200:
+            message = data.get("error") if isinstance(data, dict) else None
+            raise BrokerAddressError(f"broker at {self.address}: {message or f'HTTP {status}'}")
+        return json_format.ParseDict(data, reply_type(), ignore_unknown_fields=True)
+
+    def allocation(self) -> Any:
+        from allocator.broker.proto import pb
+
+        return self._call("GetAllocation", {}, pb.Allocation)
+
+    def configure(self, scheduler: str = "", mode: str = "", selection: str = "") -> Any:
+        from allocator.broker.proto import pb
+
+        body = {k: v for k, v in (("scheduler", scheduler), ("mode", mode),
+                                  ("selection", selection)) if v}  # fmt: skip
+        return self._call("Configure", body, pb.BrokerInfo)
+
+    def __enter__(self) -> HttpBrokerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def api_client(address: str, token: str | None):
+    """A client for `status`/`configure`: HTTP if the address is the broker's HTTP port,
+    gRPC otherwise (its errors name the address when nothing answers)."""
+    if is_http_broker(address):
+        return HttpBrokerClient(address, token)
+    from allocator.broker.client import BrokerClient
+
+    return BrokerClient(address, token=token)
+
+
+def check_submit_address(address: str) -> None:
+    """`submit` goes to the broker's HTTP port: refuse its gRPC port, or no broker, up front."""
+    if is_http_broker(address):
+        return
+    if is_grpc_broker(address):
+        raise BrokerAddressError(
+            f"--broker {address}: that is the broker's gRPC port; submit uses its HTTP port "
+            f"(default {DEFAULT_HTTP_PORT}; gRPC is {DEFAULT_GRPC_PORT})"
+        )
+    raise BrokerAddressError(
+        f"--broker {address}: no broker answers there (start one with `fairbroker serve`; "
+        f"--dry-run prints the command without one)"
+    )
