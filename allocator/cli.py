@@ -339,9 +339,10 @@ def _add_live_commands() -> None:
     from allocator.cli_live import COMMANDS
     from allocator.cli_solve import solve
     from allocator.cli_whatif import whatif
+    from allocator.teardown import teardown
     from spark_shim.submit import submit_command
 
-    for command in (*COMMANDS, submit_command, whatif, solve):
+    for command in (*COMMANDS, submit_command, whatif, solve, teardown):
         cli.add_command(command)
 
 

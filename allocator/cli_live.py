@@ -231,6 +231,7 @@ def render_allocation(allocation) -> str:
     lines = [
         f"scheduler {info.scheduler}, {info.mode} mode, {info.selection} selection, "
         f"{info.backend} backend; {info.grants_total} grants in {info.runs_total} runs",
+        *([f"{info.backend}: {info.backend_status}"] if info.backend_status else []),
         "",
         f"{'tenant':<28} {'group':<12} {'demand':<20} {'run':>4} {'want':>5} {'dom.share':>9}",
     ]

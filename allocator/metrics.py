@@ -34,6 +34,7 @@ from allocator.metrics_defs import AllocationFrame, GroupUsage, constraints_of
 
 if TYPE_CHECKING:
 
+    from allocator.backends.mesos_link import LinkState
     from allocator.broker.core import Broker
     from allocator.engine import Engine
 
@@ -61,6 +62,7 @@ class Reading:
     kills: dict[str, int] = field(default_factory=dict)  # tenant -> executors killed
     kills_total: int = 0
     offers: dict[str, int] | None = None  # Mesos backend: held, received, accepted, ...
+    link: LinkState | None = None  # Mesos backend: the link to the master
 
 
 def broker_reading(broker: Broker) -> Reading:
@@ -73,6 +75,7 @@ def broker_reading(broker: Broker) -> Reading:
         kills={t.tenant_id: t.kills for t in tenants},
         kills_total=broker.kills_total,
         offers=broker.backend.offer_stats() if hasattr(broker.backend, "offer_stats") else None,
+        link=broker.backend.link.state() if hasattr(broker.backend, "link") else None,
     )
 
 
@@ -166,6 +169,12 @@ SPECS: dict[str, Spec] = {
     "fairbroker_mesos_offers": _counter(
         ("outcome",), "Mesos offers by what became of them: received, accepted, declined, "
         "rescinded (Mesos backend only)."
+    ),
+    "fairbroker_mesos_connected": _gauge(
+        (), "1 while the framework is subscribed to the Mesos master, else 0 (Mesos only)."
+    ),
+    "fairbroker_mesos_last_event_timestamp_seconds": _gauge(
+        (), "Unix time of the Mesos master's last event (heartbeat, offers, update) (Mesos only)."
     ),
 }
 
@@ -279,6 +288,10 @@ def _cluster(out: _Families, frame: AllocationFrame, usage: GroupUsage, reading:
         out.add("fairbroker_mesos_offers_held", [], reading.offers["held"])
         for outcome in ("received", "accepted", "declined", "rescinded"):
             out.add("fairbroker_mesos_offers", [outcome], reading.offers[outcome])
+    if reading.link is not None:
+        out.add("fairbroker_mesos_connected", [], float(reading.link.connected))
+        if reading.link.last_event is not None:
+            out.add("fairbroker_mesos_last_event_timestamp_seconds", [], reading.link.last_event)
 
 
 class BrokerMetrics:

@@ -36,6 +36,7 @@ from allocator.backends.base import (
     TaskStatus,
 )
 from allocator.backends.executor import ExecutorEnvPolicy, executor_launch
+from allocator.backends.mesos_link import MesosLink
 from allocator.errors import FairbrokerError
 
 log = logging.getLogger(__name__)
@@ -151,6 +152,7 @@ class MesosBackend:
         self._outbox: list[Callable[[], None]] = []
         self._offer_counts = dict.fromkeys(("received", "accepted", "declined", "rescinded"), 0)
         self._last_heartbeat = time.monotonic()
+        self.link = MesosLink()  # for metrics, status and health
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
         self._undeclined: set[str] = set()  # offers whose DECLINE failed (still outstanding)
@@ -168,6 +170,9 @@ class MesosBackend:
 
     def agents(self) -> list[AgentInfo]:
         return []  # they arrive with offers
+
+    def health(self) -> dict[str, object]:
+        return self.link.health()
 
     def offer_stats(self) -> dict[str, int]:
         """Offers held now and counted by outcome (for the metrics)."""
@@ -331,6 +336,7 @@ class MesosBackend:
     def registered(self, driver: Any, framework_id: dict, master_info: dict) -> None:
         self.framework_id = framework_id["value"]
         self._save_framework_id()
+        self.link.subscribed(self.framework_id)
         log.info("registered with Mesos as framework %s", self.framework_id)
         for task_id in self._abandoned:
             self._call("killTask", {"value": task_id})
@@ -339,6 +345,7 @@ class MesosBackend:
     @_guarded
     def reregistered(self, driver: Any, master_info: dict) -> None:
         log.info("re-registered with Mesos (framework %s)", self.framework_id)
+        self.link.subscribed(self.framework_id)
         with self._lock:
             self._offers.clear()  # a failed-over master discards them without a rescind
             for key in list(self._agents):
@@ -349,14 +356,17 @@ class MesosBackend:
     @_guarded
     def disconnected(self, driver: Any) -> None:
         log.warning("disconnected from the Mesos master")
+        self.link.disconnected()
 
     @_guarded
     def processHeartBeat(self, driver: Any) -> None:
         self._last_heartbeat = time.monotonic()
+        self.link.event()
 
     @_guarded
     def resourceOffers(self, driver: Any, offers: list[dict]) -> None:
         self._last_heartbeat = time.monotonic()
+        self.link.event()
         with self._lock:
             for raw in offers:
                 try:
@@ -420,6 +430,7 @@ class MesosBackend:
 
     @_guarded
     def statusUpdate(self, driver: Any, status: dict) -> None:
+        self.link.event()
         task_id = status["task_id"]["value"]
         state = status.get("state", "")
         with self._lock:
@@ -562,6 +573,7 @@ class MesosBackend:
         while not self._stop.wait(min(1.0, limit / 4)):
             if time.monotonic() - self._last_heartbeat > limit:
                 log.warning("no heartbeat from the Mesos master for %.0f s; reconnecting", limit)
+                self.link.disconnected()
                 try:
                     self._driver.stop(failover=True)
                     self._connect()

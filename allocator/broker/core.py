@@ -323,7 +323,13 @@ class Broker:
             runs_total=engine.runs,
             uptime_seconds=time.time() - self.started,
             resources=list(engine.resources),
+            backend_status=self._backend_status(),
         )
+
+    def _backend_status(self) -> str:
+        """The backend's own state in words (Mesos: the link to the master), or ''."""
+        link = getattr(self.backend, "link", None)
+        return link.describe() if link is not None else ""
 
     def _declared(self, tenant: Tenant) -> bool:
         """Does the policy see this tenant's demand vector (workload-characterized)?"""

@@ -92,7 +92,10 @@ class TenantHttpServer:
         verb, path = scope["method"], scope["path"]
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         if verb == "GET" and path == "/healthz":
-            return 200, b'{"ok": true}'
+            # a backend that can be unhealthy on its own (Mesos: not subscribed) says why, 503
+            health = getattr(self.broker.backend, "health", None)
+            report = {"ok": True} if health is None else health()
+            return (200 if report["ok"] else 503), json.dumps(report).encode()
         if verb == "GET" and path == "/v1/GetAllocation":
             return await self._call("GetAllocation", b"{}", headers)
         if verb != "POST" or not path.startswith("/v1/"):

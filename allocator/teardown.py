@@ -1,0 +1,85 @@
+"""`fairbroker teardown`: remove the broker's Mesos framework for good.
+
+A broker stops with failover by default, so its framework and tasks outlive it. This
+subscribes as that framework (its id from the state directory), which makes the master fail
+the framework over to this connection, and sends TEARDOWN: the master kills every task and
+forgets the framework; the saved id is removed so the next `serve` registers anew.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from allocator.errors import FairbrokerError
+
+SUBSCRIBE_TIMEOUT_S = 30.0
+
+
+class _NoEvents:
+    """Teardown places nothing: every backend report is dropped."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kw: None
+
+
+def teardown_framework(config: Any, timeout: float = SUBSCRIBE_TIMEOUT_S) -> str:
+    """Tear down the framework whose id is in `config.state_dir`; returns that id."""
+    from allocator.backends.mesos import MesosBackend, MesosOptions
+
+    options = MesosOptions(
+        master=config.master, roles=config.roles, principal=config.principal,
+        secret=config.read_mesos_secret(), failover_timeout=config.failover_timeout,
+        framework_name=config.framework_name, user=config.task_user,
+        state_dir=config.state_dir,
+    )  # fmt: skip
+    backend = MesosBackend(options)
+    framework_id = backend.framework_id
+    if framework_id is None:
+        raise FairbrokerError(
+            f"state_dir: no Mesos framework id in {config.state_dir} (nothing to tear down)"
+        )
+    backend.start(_NoEvents())
+    deadline = time.monotonic() + timeout
+    while not backend.link.state().connected and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not backend.link.state().connected:
+        backend.stop(kill_executors=False)
+        raise FairbrokerError(
+            f"master: could not subscribe to {config.master} as framework {framework_id} "
+            f"within {timeout:.0f} s"
+        )
+    backend.stop(kill_executors=True)  # TEARDOWN, and the saved id is removed
+    return framework_id
+
+
+@click.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+              help="The serve configuration (master, state_dir, principal...).")  # fmt: skip
+@click.option("--master", default=None, help="Mesos master HOST:5050 or zk://...")
+@click.option("--state-dir", default=None, help="The broker's state directory.")
+@click.option("--yes", is_flag=True, help="Do not ask: every task of the framework is killed.")
+def teardown(config_file: str | None, master: str | None, state_dir: str | None, yes: bool):
+    """Tear down the broker's Mesos framework: kill its tasks and forget it (run it with the
+    broker stopped; `serve` itself stops with failover)."""
+    import os
+
+    from allocator.serve_config import CONFIG_ENV, load_serve_config
+
+    flags: dict[str, Any] = {"backend": "mesos"}
+    if master:
+        flags["master"] = master
+    if state_dir:
+        flags["state_dir"] = state_dir
+    config, _ = load_serve_config(
+        flags, config_file or os.environ.get(CONFIG_ENV) or None, os.environ
+    )
+    if not yes:
+        click.confirm(
+            f"Kill every task of the framework in {config.state_dir} on {config.master}?",
+            abort=True, err=True,
+        )  # fmt: skip
+    framework_id = teardown_framework(config)
+    click.echo(f"fairbroker: framework {framework_id} torn down", err=True)

@@ -1,0 +1,207 @@
+"""The broker's link to the Mesos master as operators see it: /healthz (503 with the reason
+while not subscribed), the fairbroker_mesos_connected and _last_event_timestamp_seconds
+gauges, `fairbroker status` ("subscribed as framework F since T" / "disconnected for N s"),
+the FairbrokerMesosDisconnected alert, and the safe stop: SIGTERM fails over (tasks and
+framework kept), `--teardown-on-exit` and `fairbroker teardown` remove the framework."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import run_fairbroker
+from mesos_master import AgentSpec, MesosMaster
+from spark_support import wait_for
+from test_prometheus import series, tool
+
+from allocator.backends.local import spark_home
+from allocator.backends.mesos import MesosBackend, MesosOptions
+from allocator.backends.mesos_link import MesosLink
+from allocator.broker.server import BrokerOptions, BrokerService
+from allocator.serve_config import ServeConfig
+from allocator.teardown import teardown_framework
+
+AGENTS = [AgentSpec("a1", {"cpus": 4, "mem": 4096}, hostname="127.0.4.1")]
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_link_wording_and_health_follow_the_subscription() -> None:
+    clock = Clock(1_700_000_000.0)  # 2023-11-14 22:13:20 UTC
+    link = MesosLink(clock)
+    clock.now += 12
+    assert link.describe() == "disconnected for 12 s (never subscribed)"
+    assert link.health() == {
+        "ok": False, "mesos": "disconnected for 12 s (never subscribed)",
+        "reason": "not subscribed to the Mesos master: disconnected for 12 s (never subscribed)",
+    }  # fmt: skip
+    link.subscribed("fw-1")
+    assert link.describe() == "subscribed as framework fw-1 since 2023-11-14 22:13:32 UTC"
+    assert link.health()["ok"] is True and "reason" not in link.health()
+    clock.now += 100
+    link.event()
+    assert link.state().last_event == clock.now
+    clock.now += 5
+    link.disconnected()
+    clock.now += 30
+    assert link.describe() == "disconnected for 30 s (framework fw-1)"
+    assert link.state().last_event == 1_700_000_112.0  # kept: when the master last spoke
+    link.disconnected()  # a second report does not restart the count
+    clock.now += 1
+    assert link.describe() == "disconnected for 31 s (framework fw-1)"
+
+
+def test_the_disconnected_alert_fires_after_two_minutes(tmp_path: Path) -> None:
+    promtool = tool("promtool")
+    tests = {
+        "rule_files": [str(DEPLOY / "alerts.yml")],
+        "evaluation_interval": "30s",
+        "tests": [{
+            "interval": "30s",
+            # connected; away 2.5-3.5 min (a failover: quiet); gone from 6.5 min (fires at 8.5)
+            "input_series": [series("fairbroker_mesos_connected", "1x4 0x2 1x4 0x10")],
+            "alert_rule_test": [
+                {"eval_time": "3m", "alertname": "FairbrokerMesosDisconnected", "exp_alerts": []},
+                {"eval_time": "6m", "alertname": "FairbrokerMesosDisconnected", "exp_alerts": []},
+                {"eval_time": "9m", "alertname": "FairbrokerMesosDisconnected", "exp_alerts": [{
+                    "exp_labels": {"instance": "b:7082", "job": "fairbroker",
+                                   "severity": "critical"},
+                    "exp_annotations": {"summary": "fairbroker at b:7082 not subscribed to the "
+                                        "Mesos master for 2 min"},
+                }]},
+            ],
+        }],
+    }  # fmt: skip
+    path = tmp_path / "tests.yml"
+    path.write_text(yaml.safe_dump(tests))
+    import subprocess
+
+    done = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _backend(state: Path, master: str) -> MesosBackend:
+    options = MesosOptions(
+        master=master, spark_home=str(spark_home()), state_dir=state, heartbeat_timeout=3.0
+    )
+    return MesosBackend(options)
+
+
+def _healthz(service: BrokerService) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(f"http://{service.http_address}/healthz", timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def _gauges(service: BrokerService) -> dict[str, float]:
+    assert service.metrics is not None
+    out = {}
+    for family in service.metrics.registry.collect():
+        for sample in family.samples:
+            if sample.name.startswith("fairbroker_mesos_") and not sample.labels:
+                out[sample.name] = sample.value
+    return out
+
+
+def test_health_metrics_and_status_follow_the_master(tmp_path: Path) -> None:
+    master = MesosMaster(AGENTS, allocation_interval=0.3, heartbeat_interval=1.0,
+                         work_dir=tmp_path / "mesos").start()  # fmt: skip
+    options = BrokerOptions(http_port=0, grpc_port=0, metrics_port=0, state_dir=tmp_path / "b",
+                            tick_seconds=0.5)  # fmt: skip
+    service = BrokerService(options, backend=_backend(tmp_path / "b", master.address))
+    try:
+        service.start()
+        backend = service.broker.backend
+        wait_for(lambda: backend.link.state().connected, 30, "the framework to subscribe")
+        framework_id = master.frameworks()[0].id
+        status, body = _healthz(service)
+        assert status == 200 and body["ok"] is True
+        assert body["mesos"].startswith(f"subscribed as framework {framework_id} since ")
+        gauges = _gauges(service)
+        assert gauges["fairbroker_mesos_connected"] == 1.0
+        wait_for(lambda: time.time() - _gauges(service)[
+            "fairbroker_mesos_last_event_timestamp_seconds"] < 3, 10, "a heartbeat")  # fmt: skip
+        grpc = service.grpc_address
+        shown = run_fairbroker("status", "--broker", grpc)
+        assert shown.returncode == 0, shown.stderr
+        assert re.search(
+            rf"^mesos: subscribed as framework {framework_id} since \d{{4}}-\d\d-\d\d "
+            r"\d\d:\d\d:\d\d UTC$", shown.stdout, re.M,
+        ), shown.stdout  # fmt: skip
+
+        master.stop()  # the master goes away: 503 with the reason, the gauge drops
+        wait_for(lambda: _healthz(service)[0] == 503, 30, "/healthz to answer 503")
+        status, body = _healthz(service)
+        assert body["ok"] is False
+        assert re.fullmatch(
+            rf"not subscribed to the Mesos master: disconnected for \d+ s "
+            rf"\(framework {framework_id}\)", body["reason"],
+        ), body  # fmt: skip
+        assert _gauges(service)["fairbroker_mesos_connected"] == 0.0
+        shown = run_fairbroker("status", "--broker", grpc)
+        assert re.search(r"^mesos: disconnected for \d+ s", shown.stdout, re.M), shown.stdout
+    finally:
+        service.stop(kill_executors=False)
+        master.stop()
+
+
+@contextlib.contextmanager
+def _running_broker(tmp_path: Path, master: MesosMaster):
+    options = BrokerOptions(http_port=0, grpc_port=0, state_dir=tmp_path / "b", tick_seconds=0.5)
+    service = BrokerService(options, backend=_backend(tmp_path / "b", master.address)).start()
+    wait_for(lambda: service.broker.backend.link.state().connected, 30, "subscription")
+    yield service
+
+
+def test_stop_fails_over_by_default_and_teardown_removes_the_framework(tmp_path: Path) -> None:
+    id_file = tmp_path / "b" / "mesos-framework-id"
+    with MesosMaster(AGENTS, allocation_interval=0.3, work_dir=tmp_path / "mesos") as master:
+        # serve's default for Mesos: stop with failover (no TEARDOWN; the framework stays)
+        assert ServeConfig(backend="mesos", master=master.address).teardown is False
+        with _running_broker(tmp_path, master) as service:
+            framework_id = master.frameworks()[0].id
+            service.stop(kill_executors=False)
+        assert not master.calls("TEARDOWN")
+        wait_for(lambda: not master.frameworks()[0].connected, 10, "the stream to close")
+        (framework,) = master.frameworks()
+        assert framework.id == framework_id and not framework.removed
+        assert id_file.read_text().strip() == framework_id
+
+        # a restart re-subscribes as the same framework
+        with _running_broker(tmp_path, master) as service:
+            assert [f.id for f in master.frameworks()] == [framework_id]
+            service.stop(kill_executors=False)
+
+        # `fairbroker teardown`: subscribes as that framework and tears it down
+        config = ServeConfig(backend="mesos", master=master.address, state_dir=tmp_path / "b")
+        assert teardown_framework(config) == framework_id
+        wait_for(lambda: master.frameworks()[0].removed, 10, "the framework to be removed")
+        assert len(master.calls("TEARDOWN")) == 1 and not id_file.exists()
+        with pytest.raises(Exception, match="no Mesos framework id"):
+            teardown_framework(config)
+
+        # --teardown-on-exit: a new framework, torn down when the broker stops
+        with _running_broker(tmp_path, master) as service:
+            second = service.broker.backend.framework_id
+            assert second != framework_id
+            service.stop(kill_executors=True)
+        assert len(master.calls("TEARDOWN")) == 2 and not id_file.exists()
+        assert {f.id: f.removed for f in master.frameworks()} == {
+            framework_id: True, second: True
+        }
