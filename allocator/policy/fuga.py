@@ -36,7 +36,8 @@ from allocator.errors import ScenarioError
 from allocator.policy.base import max_ratio
 from allocator.policy.drf import DRF
 from allocator.policy.selection import Selector
-from allocator.state import AllocationState
+from allocator.policy.ties import pick_lowest
+from allocator.state import AllocationState, Mode
 
 
 @dataclass(frozen=True)
@@ -78,13 +79,19 @@ class Fuga(DRF):
 
 
 def enumerate_combinations(
-    demand: np.ndarray, room: np.ndarray, most: np.ndarray, max_combinations: int = 512
+    demand: np.ndarray,
+    room: np.ndarray,
+    most: np.ndarray,
+    max_combinations: int = 512,
+    single_type: bool = False,
 ) -> np.ndarray:
     """(M, T) counts of T executor types (demand (T, R)) that fit in `room` (R,), none empty.
 
     `most` (T,) caps each type's count (what the framework still wants). Exhaustive when
     there are at most `max_combinations` count vectors; otherwise a grid of counts per type,
     each completed greedily (types in order) to a combination where nothing more fits.
+    `single_type`: only the combinations of one type each, as many as fit (oblivious mode,
+    where a framework offered an agent keeps all of it that it can use).
     """
     demand = np.asarray(demand, dtype=float)
     room = np.asarray(room, dtype=float)
@@ -99,6 +106,9 @@ def enumerate_combinations(
     n_types = len(cap)
     if n_types == 0:
         return np.zeros((0, 0), dtype=np.int64)
+    if single_type:  # one type per combination, as many as fit
+        grid = np.diag(cap)
+        return grid[cap > 0]
     sizes = cap + 1
     if float(np.prod(sizes.astype(float))) <= max_combinations:
         grid = np.indices(tuple(sizes)).reshape(n_types, -1).T
@@ -282,6 +292,7 @@ def plan(
     total = state.cluster.total
     alloc = _holder_alloc(state.alloc, holder_of, len(holder_weight))
     own_alloc = state.alloc.copy()
+    oblivious = state.mode is Mode.OBLIVIOUS
     frameworks = np.arange(state.cluster.n_frameworks)
     weight = np.asarray(state.cluster.weight, dtype=float)
     active = state.runnable & ((state.count > 0) | state.wanting())
@@ -306,7 +317,11 @@ def plan(
         key = (agent, types.tobytes(), left[types].tobytes())
         if key not in enumerated:
             counts = enumerate_combinations(
-                demand[types], state.residual[agent], left[types], params.max_combinations
+                demand[types],
+                state.residual[agent],
+                left[types],
+                params.max_combinations,
+                single_type=oblivious,
             )
             has = capacity[agent] > 0  # resources the agent lacks enter neither measure
             u = (used[agent, has] + counts @ demand[types][:, has]) / capacity[agent, has]
@@ -454,9 +469,15 @@ class FugaSelector(Selector):
             if not fits.any():
                 return None
             known = ~np.isnan(state.known_demand).any(axis=1)
+            unknown = fits & ~known[:, None]
+            if unknown.any():
+                # Oblivious mode, a framework with no executor yet: it holds nothing, so it
+                # is the least served; it gets a random agent where it fits (as best fit
+                # falls back to), the lowest share first if several.
+                agents = np.flatnonzero(unknown.any(axis=0))
+                agent = int(agents[self.rng.integers(len(agents))])
+                values = self.criterion.column(state, agent)
+                return pick_lowest(values, unknown[:, agent], self.rng), agent
             holder_of, weight, users = self._users()
-            self.queue = plan(state, self.params, fits & known[:, None], users, holder_of, weight)
-            if not self.queue:  # only frameworks whose demand the allocator does not know fit
-                agent = int(np.flatnonzero(fits.any(axis=0))[0])
-                return self._framework_at(agent), agent
+            self.queue = plan(state, self.params, fits, users, holder_of, weight)
         return None
