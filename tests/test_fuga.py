@@ -215,3 +215,12 @@ def test_fuga_options_reach_the_scheduler(monkeypatch):
     )
     assert done.exit_code == 0, done.output
     assert Fuga().params == FugaParams(k=2, lam=0.5)
+
+
+def test_oblivious_strategies_are_single_framework_combinations():
+    # A framework offered the agent keeps all of it it can use: 2 of (2,4,20), 4 of
+    # (1,1,10) or 2 of (2,2,10) on (4, 8, 40).
+    combos = enumerate_combinations(VM, IDLE[0], np.full(3, 99), single_type=True)
+    assert [tuple(c) for c in combos] == [(2, 0, 0), (0, 4, 0), (0, 0, 2)]
+    capped = enumerate_combinations(VM, IDLE[0], np.array([1, 0, 5]), single_type=True)
+    assert [tuple(c) for c in capped] == [(1, 0, 0), (0, 0, 2)]
