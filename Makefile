@@ -80,6 +80,7 @@ bench: install
 	$(PY) -m benchmarks.sim_claims
 	$(PY) -m benchmarks.bench_sim
 	$(PY) -m benchmarks.bench_broker
+	$(PY) -m benchmarks.bench_load
 	$(PY) -m benchmarks.bench_cli
 	$(PY) -m benchmarks.bench_fuga
 	$(PY) -m benchmarks.fuga_report
