@@ -244,12 +244,23 @@ def render_allocation(allocation) -> str:
         )
     header = f"{'agent':<10} {'host':<12} {'cpus used/cap':>14} {'mem used/cap':>16}  executors"
     lines += ["", header]
+    marked = False
     for a in allocation.agents:
         per = ", ".join(f"{k}:{v}" for k, v in sorted(a.executors.items())) or "-"
+        # Mesos: between offers (and while suppressed) the broker holds only its own tasks;
+        # the agent's size is its last offered total
+        cap = a.last_offered if a.last_offered else a.capacity
+        mark = "*" if a.last_offered and dict(a.last_offered) != dict(a.capacity) else " "
+        marked = marked or mark == "*"
         lines.append(
             f"{a.name:<10} {a.hostname:<12} "
-            f"{a.allocated.get('cpus', 0):>6g}/{a.capacity.get('cpus', 0):<7g} "
-            f"{a.allocated.get('mem', 0):>7g}/{a.capacity.get('mem', 0):<8g}  {per}"
+            f"{a.allocated.get('cpus', 0):>6g}/{cap.get('cpus', 0):<6g}{mark} "
+            f"{a.allocated.get('mem', 0):>7g}/{cap.get('mem', 0):<7g}{mark}  {per}"
+        )
+    if marked:
+        lines.append(
+            "* last offered total: the broker holds no offer of it now (declined between runs, "
+            "or suppressed with nothing pending)"
         )
     return "\n".join(lines)
 

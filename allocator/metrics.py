@@ -170,6 +170,10 @@ SPECS: dict[str, Spec] = {
         ("outcome",), "Mesos offers by what became of them: received, accepted, declined, "
         "rescinded (Mesos backend only)."
     ),
+    "fairbroker_mesos_agent_last_offered": _gauge(
+        ("agent",), "The agent's last offered total, kept while offers are suppressed "
+        "(Mesos only; fairbroker_agent_capacity is what the broker holds now).", True
+    ),
     "fairbroker_mesos_connected": _gauge(
         (), "1 while the framework is subscribed to the Mesos master, else 0 (Mesos only)."
     ),
@@ -288,6 +292,11 @@ def _cluster(out: _Families, frame: AllocationFrame, usage: GroupUsage, reading:
         out.add("fairbroker_mesos_offers_held", [], reading.offers["held"])
         for outcome in ("received", "accepted", "declined", "rescinded"):
             out.add("fairbroker_mesos_offers", [outcome], reading.offers[outcome])
+    for agent in reading.allocation.agents:
+        for resource, amount in sorted(agent.last_offered.items()):
+            unit, scale = _unit(resource)
+            out.add("fairbroker_mesos_agent_last_offered", [agent.name, resource, unit],
+                    amount * scale)  # fmt: skip
     if reading.link is not None:
         out.add("fairbroker_mesos_connected", [], float(reading.link.connected))
         if reading.link.last_event is not None:

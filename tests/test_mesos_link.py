@@ -137,9 +137,32 @@ def test_health_metrics_and_status_follow_the_master(tmp_path: Path) -> None:
         assert gauges["fairbroker_mesos_connected"] == 1.0
         wait_for(lambda: time.time() - _gauges(service)[
             "fairbroker_mesos_last_event_timestamp_seconds"] < 3, 10, "a heartbeat")  # fmt: skip
+        # no tenant: the offer is declined, so the broker holds nothing of the agent, and
+        # status and metrics show its last offered total instead of 0/0
+        def agent():
+            agents = service.broker.allocation().agents
+            return agents[0] if agents else None
+
+        try:
+            master.wait_for(lambda: agent() is not None, timeout=5)
+        except TimeoutError:
+            # the broker suppressed offers before the first one came (nothing pending): a
+            # re-subscription resets that at the master, and the offer arrives
+            master.drop_stream()
+        wait_for(lambda: agent() is not None and agent().capacity.get("cpus", 1) == 0, 30,
+                 "the agent's offer to be declined")  # fmt: skip
+        assert dict(agent().last_offered) == {"cpus": 4.0, "mem": 4096.0}
+        offered = {
+            (s.labels["resource"], s.value)
+            for f in service.metrics.registry.collect() for s in f.samples
+            if s.name == "fairbroker_mesos_agent_last_offered"
+        }  # fmt: skip
+        assert offered == {("cpus", 4.0), ("mem", 4096 * 2**20)}  # mem exported in bytes
         grpc = service.grpc_address
         shown = run_fairbroker("status", "--broker", grpc)
         assert shown.returncode == 0, shown.stderr
+        assert re.search(r"\s0/4\s*\*\s+0/4096\s*\*\s", shown.stdout), shown.stdout
+        assert "* last offered total" in shown.stdout
         assert re.search(
             rf"^mesos: subscribed as framework {framework_id} since \d{{4}}-\d\d-\d\d "
             r"\d\d:\d\d:\d\d UTC$", shown.stdout, re.M,

@@ -153,6 +153,7 @@ class MesosBackend:
         self._offer_counts = dict.fromkeys(("received", "accepted", "declined", "rescinded"), 0)
         self._last_heartbeat = time.monotonic()
         self.link = MesosLink()  # for metrics, status and health
+        self._last_offered: dict[str, dict[str, float]] = {}  # engine agent -> total
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
         self._undeclined: set[str] = set()  # offers whose DECLINE failed (still outstanding)
@@ -173,6 +174,12 @@ class MesosBackend:
 
     def health(self) -> dict[str, object]:
         return self.link.health()
+
+    def last_offered(self) -> dict[str, dict[str, float]]:
+        """Each agent's total when it was last offered (for status and metrics: between
+        offers, and while suppressed, the capacity the broker holds is only its tasks)."""
+        with self._lock:
+            return {key: dict(total) for key, total in self._last_offered.items()}
 
     def offer_stats(self) -> dict[str, int]:
         """Offers held now and counted by outcome (for the metrics)."""
@@ -510,10 +517,13 @@ class MesosBackend:
             if self._key(offer) == key:
                 for r, v in offer.resources.items():
                     total[r] = total.get(r, 0.0) + v
+        offered = bool(total)
         for task in self._tasks.values():
             if task.agent_key == key:
                 for r, v in task.spec.resources.items():
                     total[r] = total.get(r, 0.0) + v
+        if offered:
+            self._last_offered[key] = dict(total)
         events = self._events
         if not info.resources:
             if not any(v > 0 for v in total.values()):

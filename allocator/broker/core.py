@@ -297,6 +297,11 @@ class Broker:
     def allocation(self) -> pb.Allocation:
         with self._lock:
             allocation = engine_allocation(self.engine, self._info(), self.agent_hosts)
+            offered = getattr(self.backend, "last_offered", None)
+            if offered is not None:  # Mesos: what each agent has, beside what is held now
+                totals = offered()
+                for agent in allocation.agents:
+                    agent.last_offered.update(totals.get(agent.name, {}))
             for entry in allocation.tenants:
                 tenant = self.tenants[entry.tenant_id]
                 entry.declared = self._declared(tenant)
