@@ -150,6 +150,26 @@ def test_executors_of_a_tenant_that_no_longer_validates_are_stopped(
         broker.stop()
 
 
+def test_executors_on_an_agent_that_left_the_cluster_file_are_stopped(
+    tmp_path, fake_spark, caplog
+) -> None:
+    state = tmp_path / "state"
+    crash_at("after-launch", state, fake_spark)
+    store = Store(state / "broker.sqlite")
+    ((spec, _),) = store.executors()
+    store.close()
+    remaining = [a for a in AGENTS if a.name != spec.agent]
+    cluster = LocalCluster(remaining, state / "agents", fake_spark)
+    broker = Broker(cluster, "drf", store=Store(state / "broker.sqlite"))
+    broker.start(loop=False)
+    try:
+        wait_until(lambda: not marked_pids(state / "agents"))
+        assert "stopping executor pi/1: its agent is gone" in caplog.text
+        assert broker.engine.tasks_of("pi") == 0
+    finally:
+        broker.stop()
+
+
 def test_unmarked_record_free_processes_are_killed_at_start(tmp_path, fake_spark) -> None:
     """A marked process the state file does not know at all (the row was lost) is stopped."""
     state = tmp_path / "state"
