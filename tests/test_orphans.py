@@ -247,6 +247,9 @@ def test_crash_loop_backs_off_exponentially_and_resets_after_a_healthy_run(monke
         return True
 
     assert launch_and_fail() and launch_and_fail()  # two quick failures: a 60 s rest
+    broker.set_target("pi", 2)  # raising the target (a revive) does not end the rest
+    assert broker.allocate_once() == 0
+    broker.set_target("pi", 1)
     rests = []
     for _ in range(3):
         waited = 0

@@ -63,6 +63,7 @@ class Tenant:
     next_executor: int = 1
     executors: dict[str, ExecutorRecord] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)  # agent -> failed launches
+    rests: dict[str, float] = field(default_factory=dict)  # agent -> crash-loop rest until
     grants: int = 0  # executors launched for it
     kills: int = 0  # executors killed at its request
     # Dropped (unregistered, lease expired): unknown to the API, but its executors hold
@@ -400,6 +401,13 @@ class Broker:
         tenant.target = int(total)
         cap = self.limits.max_executors_per_tenant
         self.engine.set_target(tenant.tenant_id, min(tenant.target, cap))
+        # raising a target lifts the engine's refuse filters (a Mesos revive); a crash-loop
+        # rest must outlast that
+        now = time.monotonic()
+        tenant.rests = {a: t for a, t in tenant.rests.items() if t > now}
+        for agent, until in tenant.rests.items():
+            if agent in self.engine.agents:
+                self.engine.refuse(tenant.tenant_id, agent, until)
 
     def _drop_tenant(self, tenant: Tenant, why: str) -> None:
         """Stop the tenant's executors; it leaves the engine (and its capacity returns)
@@ -490,7 +498,8 @@ class Broker:
             "tenant %s: %d executors in a row failed soon after their launch on %s; "
             "resting it there for %.0f s", tenant.tenant_id, failures, agent, rest,
         )  # fmt: skip
-        self.engine.refuse(tenant.tenant_id, agent, time.monotonic() + rest)
+        tenant.rests[agent] = time.monotonic() + rest
+        self.engine.refuse(tenant.tenant_id, agent, tenant.rests[agent])
 
     def agent_added(self, agent: AgentInfo) -> None:
         capacity = {r: v for r, v in agent.resources.items() if r in self.engine.resources}
