@@ -72,6 +72,11 @@ def render(rows: list[dict], ratio: float | None) -> str:
     if ratio is not None:
         verdict = "meets" if ratio <= TARGET_RATIO else "misses"
         lines += ["", f"alpha-psdsf / slower LP solver: {ratio:.1f}x ({verdict} the 10x target)"]
+        alpha = next(r for r in rows if r["policy"] == "alpha-psdsf")
+        if not alpha["converged"]:
+            lines.append(
+                f"alpha-psdsf stopped at its sweep cap without a fixed point: {alpha['notes'][0]}"
+            )
     return "\n".join(lines) + "\n"
 
 

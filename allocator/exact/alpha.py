@@ -104,25 +104,36 @@ class _Dual:
             h = self.hessian(sigma, interior)[np.ix_(free, free)]
             h = h + np.eye(len(h)) * 1e-12 * max(np.trace(h), 1e-300)
             try:
-                direction = -np.linalg.solve(h, g[free])
+                newton = -np.linalg.solve(h, g[free])
             except np.linalg.LinAlgError:
-                direction = -g[free]
-            if not np.all(np.isfinite(direction)) or direction @ g[free] >= 0:
-                direction = -g[free]
-            start_value = self.value(m)
-            step = 1.0
-            for _ in range(30):  # backtracking by 5x: overshoots can be orders of magnitude
-                trial = m.copy()
-                trial[free] = np.maximum(m[free] + step * direction, 0.0)
-                if self.value(trial) <= start_value + 1e-4 * g @ (trial - m):
-                    break
-                step *= 0.2
-            else:
+                newton = -g[free]
+            # A singular Hessian (fewer interior frameworks than priced resources) can give a
+            # Newton step that no backtracking rescues: then a scaled gradient step.
+            reference = float(m[free].max(initial=0.0)) or 1.0
+            scaled = -g[free] * reference / float(np.abs(g[free]).max())
+            moved = self._search(m, free, g, newton)
+            moved = self._search(m, free, g, scaled) if moved is None else moved
+            if moved is None:
                 break  # no decrease left at machine precision
-            m = trial
+            m = moved
         sigma = self.shares(m)[0]
         projected = np.where(m > 0, self.gradient(sigma), np.minimum(self.gradient(sigma), 0.0))
         return sigma, m, bool(np.abs(projected).max() <= ACCEPT_TOLERANCE * self.budget)
+
+    def _search(self, m, free, g, direction) -> np.ndarray | None:
+        """Armijo backtracking (by 5x: overshoots can be orders of magnitude) along
+        `direction`, projected on m >= 0; None if no step decreases the dual."""
+        if not np.all(np.isfinite(direction)) or direction @ g[free] >= 0:
+            return None
+        start = self.value(m)
+        step = 1.0
+        for _ in range(30):
+            trial = m.copy()
+            trial[free] = np.maximum(m[free] + step * direction, 0.0)
+            if self.value(trial) <= start + 1e-4 * g @ (trial - m):
+                return trial
+            step *= 0.2
+        return None
 
 
 def best_response(
