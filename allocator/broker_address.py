@@ -44,12 +44,13 @@ def _http(address: str, method: str, path: str, body: dict | None, token: str | 
 
 
 def is_http_broker(address: str) -> bool:
-    """A fairbroker HTTP API answers /healthz at `address`."""
+    """A fairbroker HTTP API answers /healthz at `address` (healthy or not: a Mesos broker
+    that is not subscribed answers 503 with ok false)."""
     try:
         status, body = _http(address, "GET", "/healthz", None, None, PROBE_SECONDS)
     except (OSError, ValueError, http.client.HTTPException):  # refused, not HTTP, not JSON
         return False
-    return status == 200 and isinstance(body, dict) and body.get("ok") is True
+    return status in (200, 503) and isinstance(body, dict) and isinstance(body.get("ok"), bool)
 
 
 def is_grpc_broker(address: str) -> bool:

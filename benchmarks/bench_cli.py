@@ -59,7 +59,10 @@ def main(repeat: int) -> None:
     with tempfile.TemporaryDirectory() as state:
         options = BrokerOptions(http_port=0, grpc_port=0, state_dir=Path(state), persist=False)
         with BrokerService(options) as service:
-            cases.append(("fairbroker status", ["status", "--broker", service.grpc_address], None))
+            cases.append(("fairbroker status (HTTP port)",
+                          ["status", "--broker", service.http_address], None))
+            cases.append(("fairbroker status (gRPC port)",
+                          ["status", "--broker", service.grpc_address], None))  # fmt: skip
             for name, args, env in cases:
                 seconds = _time(args, env, repeat)
                 rows.append({"command": name, "median_s": round(seconds, 3),
