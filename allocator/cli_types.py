@@ -7,17 +7,12 @@ command's options are parsed keeps `fairbroker --help` and shell completion fast
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Callable, Iterable
 
 import click
 
-
-def did_you_mean(value: str, known: Iterable[str]) -> str:
-    """' (did you mean X?)' for the closest known name, or ''."""
-    close = difflib.get_close_matches(str(value).lower(), [str(k) for k in known], n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
+from allocator.errors import did_you_mean
 
 
 class LazyChoice(click.Choice):

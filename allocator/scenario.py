@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from allocator.errors import ScenarioError
+from allocator.errors import ScenarioError, did_you_mean
 from allocator.memory_guard import FILL_BYTES_PER_PAIR, require_memory
 from allocator.model import Cluster, ScenarioSpec
 
@@ -61,8 +61,6 @@ def _first_error(error: ValidationError, model: type[BaseModel] | None = None) -
     elif first["type"] == "extra_forbidden":
         message = "unknown field"
         if model is not None and loc and isinstance(loc[-1], str):
-            from allocator.cli_types import did_you_mean
-
             message += did_you_mean(loc[-1], _fields_at(model, loc[:-1]))
     return f"{where}: {message}" if where else message
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
-from allocator.errors import FairbrokerError
+from allocator.errors import FairbrokerError, did_you_mean
 from allocator.policy import SCHEDULERS, Selection, Ties
 from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from allocator.scenario import read_yaml
@@ -88,7 +88,10 @@ class ServeConfig(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> ServeConfig:
         if self.scheduler.lower() not in SCHEDULERS:
-            raise ValueError(f"scheduler: one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
+            hint = did_you_mean(self.scheduler, SCHEDULERS)
+            raise ValueError(
+                f"scheduler: one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}{hint}"
+            )
         if self.backend == "mesos" and not self.master:
             raise ValueError("master: --backend mesos needs a master (HOST:5050 or zk://...)")
         if self.backend == "local":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from allocator.errors import ScenarioError
+from allocator.errors import ScenarioError, did_you_mean
 from allocator.policy.alpha_psdsf import AlphaPSDSF
 from allocator.policy.base import Criterion
 from allocator.policy.drf import DRF
@@ -55,7 +55,8 @@ def scheduler(name: str) -> Scheduler:
         return SCHEDULERS[name.lower()]
     except KeyError:
         known = ", ".join(SCHEDULERS)
-        raise ScenarioError(f"scheduler: unknown {name!r} (known: {known})") from None
+        hint = did_you_mean(name, SCHEDULERS)
+        raise ScenarioError(f"scheduler: unknown {name!r} (known: {known}){hint}") from None
 
 
 __all__ = [

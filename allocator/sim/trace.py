@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from allocator.errors import ScenarioError
+from allocator.errors import ScenarioError, did_you_mean
 from allocator.memory_guard import TRACE_BYTES_PER_AGENT, require_memory
 from allocator.model import _check_amounts
 from allocator.scenario import _first_error, read_yaml
@@ -622,8 +622,6 @@ def scenario_kind(scenario: str | Path | dict) -> Literal["trace", "batch", "sta
         if data.get("kind") == "trace":
             return "trace"
         if "kind" in data:  # only trace scenarios have a kind
-            from allocator.cli_types import did_you_mean
-
             hint = did_you_mean(str(data["kind"]), ["trace"]) or (
                 " (the only kind is trace; job batches and static scenarios have none)"
             )
