@@ -117,11 +117,14 @@ class Claim:
     def row(self) -> str:
         p = self.comparison
         d, rel = p.diff, p.relative
+        wins = p.losses if self.verdict is higher else p.wins  # seeds where A is better
+        tied = p.n - p.wins - p.losses
+        wins_cell = f"{wins}/{p.n}" + (f" ({tied} tied)" if tied else "")
         return (
             f"| {self.text} | {self.source} | {self.a} vs {self.b} | "
             f"{d.mean:+.{self.digits}f} {self.unit} [{d.low:+.{self.digits}f}, "
             f"{d.high:+.{self.digits}f}] | {rel.mean:+.1%} [{rel.low:+.1%}, {rel.high:+.1%}] | "
-            f"{p.wins}/{p.n} | {self.verdict(p)} |"
+            f"{wins_cell} | {self.verdict(p)} |"
         )
 
 
@@ -180,7 +183,7 @@ def claims(batch: Runs, homo: Runs, vf: Runs) -> list[Claim]:
 # ---- report -----------------------------------------------------------------------------
 def claims_table(items: list[Claim], seeds: int) -> list[str]:
     return [
-        f"### Claims ({seeds} paired seeds; 95 % t-intervals; wins = seeds where A < B)",
+        f"### Claims ({seeds} paired seeds; 95 % t-intervals; wins = seeds where A is better)",
         "",
         "| claim | paper | A vs B | A - B | relative to B | wins | verdict |",
         "|---|---|---|---|---|---|---|",
@@ -238,10 +241,10 @@ def makespan_table(title: str, runs: Runs) -> list[str]:
 
 def ablation(stochastic: Runs, fixed: Runs) -> list[str]:
     lines = [
-        "### Why the workload is stochastic: PS-DSF - DRF with identical jobs",
+        "### PS-DSF - DRF with identical jobs (the earlier deterministic workload)",
         "",
-        "Same batch, same seeds, every job of a group identical and executors released on an "
-        "even grid (jitter 0): the packing schedulers' queues fall into lockstep.",
+        "Same batch, same engine, same seeds, but every job of a group identical and the "
+        "executors released on an even grid (jitter 0).",
         "",
         "| mode | workload | PS-DSF - DRF, s | wins |",
         "|---|---|---|---|",

@@ -132,10 +132,14 @@ def test_live_batch_prediction_sits_beside_the_live_numbers(tmp_path: Path):
     predicted = prediction.predict(parse_batch(SMALL), seeds=2)
     assert len(predicted.configs) == 12 and predicted.seeds == 2
     live = {"scheduler": "psdsf", "mode": "oblivious", "makespan_s": 123.4,
-            "jct_by_group_s": {"x": {"mean": 40.5}, "y": {"mean": None}}}  # fmt: skip
+            "jct_by_group_s": {"x": {"mean": 40.5}, "y": {"mean": None}},
+            "allocated": {"cpus": 0.62, "mem": 0.7371}}  # fmt: skip
     text = prediction.render(predicted, live).splitlines()
     row = next(k for k, line in enumerate(text) if line.startswith("psdsf     oblivious"))
-    assert text[row + 1].split() == ["live", "123.4", "40.5", "-"]
+    assert text[row + 1].split() == ["live", "123.4", "40.5", "-", "62.0", "73.7"]
+    config = next(c for c in predicted.configs if c.label == "psdsf/oblivious")
+    assert float(text[row].split()[-1]) == pytest.approx(np.mean(config.allocated["mem"]) * 100,
+                                                         abs=0.05)  # fmt: skip
     assert sum(line.strip().startswith("live") for line in text) == 1
     assert text[-1].startswith("Predicted best: ")
     prediction.plot(predicted, live, tmp_path / "p.png")

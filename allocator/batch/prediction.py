@@ -25,20 +25,28 @@ def render(report: Report, live: dict) -> str:
     """The prediction table with the live run's row beside its own configuration."""
     groups = list(report.configs[0].jct_mean)
     ran = (live.get("scheduler"), live.get("mode"))
+    resources = [r for r in ("cpus", "mem") if r in report.resources]
     lines = [
         f"simulator's prediction for this batch ({report.seeds} seeds, the scenario's "
-        "calibrated job models; mean +- 95 % interval):",
+        "calibrated job models; mean +- 95 % interval; allocated: time-averaged):",
         f"{'scheduler':<10}{'mode':<15}{'makespan s':>16}"
-        + "".join(f"{g + ' jct s':>18}" for g in groups),
+        + "".join(f"{g + ' jct s':>18}" for g in groups)
+        + "".join(f"{r + ' %':>8}" for r in resources),
     ]
     for config in report.ranked():
         cells = "".join(f"{estimate(config.jct_mean[g]).fmt(1):>18}" for g in groups)
+        cells += "".join(f"{np.mean(config.allocated[r]) * 100:>8.1f}" for r in resources)
         lines.append(f"{config.scheduler:<10}{config.mode:<15}"
                      f"{estimate(config.makespan).fmt(1):>16}{cells}")  # fmt: skip
         if (config.scheduler, config.mode) == ran:
             by_group = live.get("jct_by_group_s") or {}
+            allocated = live.get("allocated") or {}
             live_cells = "".join(
                 f"{_value(by_group.get(g, {}).get('mean')):>18}" for g in groups
+            )
+            live_cells += "".join(
+                f"{_value(None if r not in allocated else allocated[r] * 100):>8}"
+                for r in resources
             )
             lines.append(f"{'  live':<25}{_value(live.get('makespan_s')):>16}{live_cells}")
     lines.append(report.recommendation().replace("Recommendation:", "Predicted best:", 1))
