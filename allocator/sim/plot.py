@@ -21,7 +21,7 @@ def plot_runs(
 
     resources = runs[0][1].engine.resources if runs else ("cpus", "mem")
     shown = [r for r in ("cpus", "mem") if r in resources] or list(resources[:2])
-    fig, axes = plt.subplots(len(shown), 1, figsize=(9, 3.2 * len(shown)), sharex=True)
+    fig, axes = plt.subplots(len(shown), 1, figsize=(11, 3.2 * len(shown)), sharex=True)
     axes = np.atleast_1d(axes)
     for label, series in runs:
         times = np.array(series.times)
@@ -34,7 +34,8 @@ def plot_runs(
         ax.set_ylim(0, 105)
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("time (s)")
-    axes[0].legend(loc="lower left", fontsize=8, ncol=2)
+    # Outside the data: with --compare there are a dozen runs.
+    axes[0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     if title:
         axes[0].set_title(title)
     fig.tight_layout()
