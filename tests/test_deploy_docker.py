@@ -144,3 +144,6 @@ def test_dockerfiles_build_what_the_project_ships() -> None:
     assert f"ARG SPARK_VERSION={version}\n" in agent and f"ARG SPARK_VERSION={version}\n" in broker
     assert "openjdk-17" in agent and "python3" in agent
     assert re.search(r"mesos-\$\{MESOS_VERSION\}\.tar\.gz", agent) and "sha512sum -c" in agent
+    # the build context is the repository root: no virtualenvs or git history in it
+    ignored = (REPO / ".dockerignore").read_text().split()
+    assert {".git", ".venv", ".venv-*", "results"} <= set(ignored)
