@@ -73,7 +73,7 @@ def plot(report: dict[str, list[dict]], path: Path) -> None:
     right.set(xscale="log", xlabel="alpha", ylabel="Jain's index of dominant shares")
     left.axhline(1.0, color="grey", lw=0.5)
     left.legend(fontsize=8)
-    fig.suptitle("alphaPF-VDS: efficiency against fairness (open-ended right: PS-DSF)")
+    fig.suptitle("alphaPF-VDS: efficiency against fairness (tasks relative to exact PS-DSF)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
