@@ -41,7 +41,7 @@ STALL_STEPS = 8
 ACCEPT_TOLERANCE = 1e-6
 #: Sweeps over the agents before giving up, and plain best-response sweeps before damping.
 MAX_SWEEPS = 200
-DAMP_AFTER = 20
+DAMP_AFTER = 100
 USAGE_TOLERANCE = 1e-9
 
 

@@ -9,10 +9,10 @@ A best response of every agent at once is the paper's equilibrium (Nash, as in R
 concave games), so the stopping rule is a fixed-point test; the sweep count is capped and a
 run that hits the cap says so (`converged` False, with the last sweep's largest move).
 
-Plain best responses can cycle when the game is not monotone (alphaPF-VDS with alpha != 1
-and frameworks spread over agents of different gamma, see `alpha.py`). After `damp_after`
-sweeps each agent moves only part of the way to its best response, by 1/sqrt(k) at the
-k-th damped sweep (averaged best responses, which settle where plain ones cycle).
+Best responses need not settle when the game is not monotone (alphaPF-VDS with alpha != 1
+and frameworks spread over agents of different gamma, see docs/exact.md). After
+`damp_after` sweeps each agent moves only part of the way to its best response, by
+1/sqrt(k) at the k-th damped sweep (averaged best responses).
 """
 
 from __future__ import annotations
