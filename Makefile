@@ -7,8 +7,8 @@ PYTHON ?= python3
 VENV35 := .venv-spark35
 RUN_DIR ?= results/run
 
-.PHONY: install system-deps deploy-tools mesos run test test-spark35 lint bench clean \
-	cluster-up cluster-batch cluster-down
+.PHONY: install system-deps deploy-tools mesos run test test-slow test-spark35 lint bench \
+	clean cluster-up cluster-batch cluster-down
 
 install: $(STAMP)
 
@@ -58,6 +58,10 @@ mesos:
 test: install system-deps deploy-tools mesos
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q
+
+# The long real-cluster tests (`slow` marker) that `make test` leaves out.
+test-slow: install system-deps mesos
+	$(VENV)/bin/pytest -q -m slow
 
 # The other supported Spark line (3.5, Scala 2.12) in its own venv.
 test-spark35:

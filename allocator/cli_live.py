@@ -242,7 +242,12 @@ def render_allocation(allocation) -> str:
             f"{t.tenant_id:<28} {t.group:<12} {demand + flag:<20} {t.running:>4} "
             f"{t.target:>5} {t.dominant_share:>9.3f}"
         )
-    header = f"{'agent':<10} {'host':<12} {'cpus used/cap':>14} {'mem used/cap':>16}  executors"
+    # as wide as the longest name: a Mesos agent id is 39+ characters (with @role more)
+    name = max([len(a.name) for a in allocation.agents] + [10])
+    host = max([len(a.hostname) for a in allocation.agents] + [12])
+    header = (
+        f"{'agent':<{name}} {'host':<{host}} {'cpus used/cap':>14} {'mem used/cap':>16}  executors"
+    )
     lines += ["", header]
     marked = False
     for a in allocation.agents:
@@ -253,7 +258,7 @@ def render_allocation(allocation) -> str:
         mark = "*" if a.last_offered and dict(a.last_offered) != dict(a.capacity) else " "
         marked = marked or mark == "*"
         lines.append(
-            f"{a.name:<10} {a.hostname:<12} "
+            f"{a.name:<{name}} {a.hostname:<{host}} "
             f"{a.allocated.get('cpus', 0):>6g}/{cap.get('cpus', 0):<6g}{mark} "
             f"{a.allocated.get('mem', 0):>7g}/{cap.get('mem', 0):<7g}{mark}  {per}"
         )

@@ -246,6 +246,12 @@ class RealMesos:
             raise RuntimeError(f"agent {name} is still running")
         self.start_agent(name)
 
+    def executor_pids(self, name: str) -> list[int]:
+        """Processes the agent `name` started that are still alive (the agent excluded)."""
+        agent = self._agents.get(name)
+        mine = {agent.pid} if agent is not None else set()
+        return [p for p in processes_under(self.work_dir / "agents" / name) if p not in mine]
+
     def kill_master(self) -> None:
         assert self._master is not None
         self._master.kill()

@@ -159,7 +159,7 @@ def _mesos(tmp_path: Path, policy: ExecutorEnvPolicy | None = None) -> MesosBack
 def test_mesos_task_never_carries_a_hostile_environment(index: int, tmp_path: Path) -> None:
     backend = _mesos(tmp_path)
     with pytest.raises(EnvironmentRefused):
-        backend.task_info(spec(hostile(index, tmp_path / "ran")), "t.1", "a1", "h1", "*")
+        backend.task_info(spec(hostile(index, tmp_path / "ran")), "t.1", "a1", "h1")
 
 
 def test_mesos_task_environment_is_the_tenants_allowed_names_and_the_heap(
@@ -168,7 +168,7 @@ def test_mesos_task_environment_is_the_tenants_allowed_names_and_the_heap(
     monkeypatch.setenv("FAIRBROKER_TOKEN", "broker-secret")
     backend = _mesos(tmp_path, ExecutorEnvPolicy.of_operator(["FOO"], []))
     task = backend.task_info(
-        spec({"SPARK_EXECUTOR_OPTS": MODULE_FLAGS, "FOO": "a b"}), "t.1", "a1", "h1", "*"
+        spec({"SPARK_EXECUTOR_OPTS": MODULE_FLAGS, "FOO": "a b"}), "t.1", "a1", "h1"
     )
     env = {v["name"]: v["value"] for v in task["command"]["environment"]["variables"]}
     assert env == {

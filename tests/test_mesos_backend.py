@@ -187,7 +187,7 @@ def test_kill_and_stop_with_and_without_failover(setup) -> None:
     backend.resourceOffers(driver, [offer("o1", "a1", "h1", 8, 4096)])
     broker.allocate_once()
     broker.kill("pi", ["1"])
-    assert driver.named("killTask") == [({"value": "pi.1"},)]
+    assert driver.named("killTask") == [({"value": "pi.1"}, {"value": "a1"})]
     backend.stop(kill_executors=False)
     assert driver.named("stop") == [(True,)]  # failover: tasks survive a broker restart
 
@@ -264,6 +264,7 @@ def test_a_spark_uri_is_fetched_into_the_sandbox(tmp_path: Path) -> None:
     )
     broker = Broker(backend, "drf")
     broker.start(loop=False)
+    backend.registered(driver, {"value": "fw-1"}, {})
     broker.register(tenant("pi", 2, 1024, target=1))
     backend.resourceOffers(driver, [offer("o1", "a1", "h1", 8, 4096)])
     broker.allocate_once()
@@ -307,3 +308,51 @@ def test_heartbeats_keep_the_connection(tmp_path: Path) -> None:
         time.sleep(0.05)
     assert len(drivers) == 1
     backend.stop(kill_executors=False)
+
+
+def test_a_capacity_report_delivered_late_never_brings_back_declined_offers(setup) -> None:
+    """Defect 3: a report queued on pymesos's thread and delivered after the allocation
+    thread declined those offers used to restore the stale capacity (launches into offers
+    no longer held). A report now reads the capacity when the broker applies it."""
+    broker, backend, driver = setup
+    backend.resourceOffers(driver, [offer("o1", "a1", "h1", 8, 4096)])
+    assert list(broker.engine.agents["a1"].capacity) == [8, 4096]
+    with backend._lock:  # pymesos's thread: a report queued, not yet delivered
+        backend._report_capacity("a1")
+        late, backend._outbox = backend._outbox, []
+    broker.allocate_once()  # nothing pending: o1 is declined, capacity 0
+    assert driver.named("declineOffer")
+    for report in late:  # the older report lands last
+        report()
+    assert list(broker.engine.agents["a1"].capacity) == [0, 0]
+
+
+def test_calls_wait_for_subscribed_and_suppression_follows_each_subscription(
+    tmp_path: Path,
+) -> None:
+    """Defect 2: pymesos drops calls made before SUBSCRIBED; the backend counted them as
+    made, so SUPPRESS was lost at start-up and after each re-subscription (which resets the
+    master's suppression). KILLs made while disconnected are re-sent once subscribed."""
+    driver = RecordingDriver()
+    backend = MesosBackend(
+        MesosOptions(master="m:5050", state_dir=tmp_path), driver_factory=lambda *_: driver
+    )
+    broker = Broker(backend, "drf")
+    broker.start(loop=False)
+    broker.allocate_once()  # idle, but not subscribed yet: nothing sent
+    assert driver.named("suppressOffers") == []
+    backend.registered(driver, {"value": "fw-1"}, {})
+    broker.allocate_once()
+    broker.allocate_once()
+    assert driver.named("suppressOffers") == [()]  # once per subscription
+    broker.register(tenant("pi", 2, 1024, target=1))
+    backend.resourceOffers(driver, [offer("o1", "a1", "h1", 8, 4096)])
+    broker.allocate_once()
+    backend.disconnected(driver)
+    broker.kill("pi", ["1"])  # not subscribed: the KILL waits
+    assert driver.named("killTask") == []
+    backend.reregistered(driver, {})
+    assert driver.named("killTask") == [({"value": "pi.1"}, {"value": "a1"})]
+    broker.allocate_once()
+    assert len(driver.named("suppressOffers")) == 2  # suppressed again on the new stream
+    broker.stop(kill_executors=False)

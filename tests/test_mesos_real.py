@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import requests
+from conftest import run_fairbroker
 from real_mesos import SKIP_REASON, RealMesos, mesos_home, processes_under
 from spark_support import HOSTS_JOB, Driver, executor_processes, wait_for
 from test_mesos_live import PI_CONF, mesos_broker
@@ -35,8 +37,9 @@ TERMINAL = {"TASK_FINISHED", "TASK_FAILED", "TASK_KILLED", "TASK_LOST", "TASK_ER
             "TASK_DROPPED", "TASK_GONE"}  # fmt: skip
 
 
-@pytest.mark.parametrize(("scheduler", "mode"), [("rpsdsf", "characterized"),
-                                                 ("drf", "oblivious")])  # fmt: skip
+@pytest.mark.parametrize(("scheduler", "mode"), [
+    ("rpsdsf", "characterized"), pytest.param("drf", "oblivious", marks=pytest.mark.slow),
+])  # fmt: skip
 def test_spark_pi_runs_as_tasks_on_real_agents(
     tmp_path: Path, mesos: RealMesos, scheduler: str, mode: str
 ) -> None:
@@ -57,3 +60,164 @@ def test_spark_pi_runs_as_tasks_on_real_agents(
         wait_for(lambda: not executor_processes(str(tmp_path)), 60, "executors to exit")
     wait_for(lambda: all(t.state in TERMINAL for t in mesos.tasks()), 30,
              "every Mesos task to reach a terminal state")  # fmt: skip
+
+
+# ---- the broker's Mesos path without Spark: executors that just sleep ------------------
+
+
+def sleeping_spark(tmp_path: Path) -> Path:
+    """A Spark home whose `bin/spark-class` sleeps: a stand-in executor for tests about
+    offers, roles and placement, where a JVM per executor would only cost time."""
+    home = tmp_path / "sleeping-spark"
+    (home / "bin").mkdir(parents=True)
+    script = home / "bin" / "spark-class"
+    script.write_text("#!/bin/sh\nexec sleep 600\n")
+    script.chmod(0o755)
+    return home
+
+
+def broker_on(tmp_path: Path, mesos: RealMesos, **options):
+    """A broker on the real master; `options` go to MesosOptions, the rest to the broker."""
+    from allocator.backends.mesos import MesosBackend, MesosOptions
+    from allocator.broker.server import BrokerOptions, BrokerService
+
+    mesos_keys = {"roles", "spark_home", "agents_look_seconds"}
+    backend = MesosBackend(MesosOptions(
+        master=mesos.address, state_dir=tmp_path / "broker",
+        **{k: v for k, v in options.items() if k in mesos_keys},
+    ))  # fmt: skip
+    return BrokerService(BrokerOptions(
+        http_port=0, grpc_port=0, state_dir=tmp_path / "broker", tick_seconds=0.3,
+        **{k: v for k, v in options.items() if k not in mesos_keys},
+    ), backend=backend)  # fmt: skip
+
+
+def register(service, name: str, cpus: float, mem: float, target: int, group: str = "*"):
+    from allocator.broker.proto import pb
+
+    service.broker.register(pb.RegisterRequest(
+        tenant_id=name, group=group, demand={"cpus": cpus, "mem": mem}, target=target,
+        launch=pb.ExecutorLaunch(driver_url="spark://CoarseGrainedScheduler@127.0.0.1:9",
+                                 app_id=name, cores=int(cpus), heap_mib=int(mem) - 384),
+    ))  # fmt: skip
+
+
+def update_quota(mesos: RealMesos, role: str, cpus: float, mem: float) -> None:
+    answer = requests.post(f"{mesos.url}/api/v1", json={
+        "type": "UPDATE_QUOTA", "update_quota": {"quota_configs": [{"role": role,
+            "guarantees": {"cpus": {"value": cpus}, "mem": {"value": mem}}}]},
+    }, timeout=10)  # fmt: skip
+    assert answer.status_code == 200, answer.text
+
+
+def test_several_roles_with_quotas_launch_in_each_role(tmp_path: Path, mesos: RealMesos) -> None:
+    """Defect 1: with --role pi --role wc every task used to carry "role": R, which Mesos
+    1.x reads as a static reservation (TASK_ERROR). Now both roles' tenants run."""
+    update_quota(mesos, "pi", 8, 4096)
+    update_quota(mesos, "wc", 4, 4096)
+    with broker_on(tmp_path, mesos, roles=("pi", "wc"), spark_home=str(sleeping_spark(tmp_path)),
+                   scheduler="drf") as service:  # fmt: skip
+        register(service, "p", 2, 1024, target=2, group="pi")
+        register(service, "w", 1, 1792, target=2, group="wc")
+        running = lambda: mesos.tasks("TASK_RUNNING")  # noqa: E731
+        wait_for(lambda: len(running()) == 4, 60, "two running tasks in each role")
+        state = mesos.state()
+        (framework,) = state["frameworks"]
+        roles = {t["id"]: t["role"] for t in framework["tasks"]}
+        assert roles == {"p.1": "pi", "p.2": "pi", "w.1": "wc", "w.2": "wc"}
+        for task in running():
+            expected = {"cpus": 2.0, "mem": 1024.0} if task.task_id[0] == "p" else {
+                "cpus": 1.0, "mem": 1792.0}  # fmt: skip
+            assert task.resources == expected, task
+    assert not [t for t in mesos.tasks() if t.state == "TASK_ERROR"]
+    wait_for(lambda: not mesos.tasks("TASK_RUNNING"), 30, "the broker to kill its tasks")
+
+
+def framework_metric(mesos: RealMesos, suffix: str) -> float:
+    (framework,) = mesos.frameworks()
+    prefix = f"master/frameworks/{framework['name']}/{framework['id']}/"
+    return mesos.metrics().get(prefix + suffix, 0.0)
+
+
+def test_an_idle_broker_suppresses_after_every_subscription(
+    tmp_path: Path, mesos: RealMesos
+) -> None:
+    """Defect 2: SUPPRESS made before SUBSCRIBED was dropped by pymesos and never re-sent;
+    a new subscription resets the master's suppression. Now the master records one after
+    start-up and again after the master restarts (same framework id)."""
+    with broker_on(tmp_path, mesos, agents_look_seconds=0.5) as service:
+        wait_for(lambda: framework_metric(mesos, "calls/suppress") >= 1, 30,
+                 "the master to record a SUPPRESS from the idle broker")  # fmt: skip
+        framework_id = service.broker.backend.framework_id
+        health = requests.get(f"http://{service.http_address}/healthz", timeout=5)
+        assert health.status_code == 200 and health.json()["ok"], health.text
+
+        mesos.restart_master()  # replicated log: the framework and agents come back
+        wait_for(lambda: mesos.frameworks() and mesos.frameworks()[0]["active"]
+                 and framework_metric(mesos, "calls/suppress") >= 1, 60,
+                 "a SUPPRESS on the restarted master after re-subscription")  # fmt: skip
+        assert mesos.frameworks()[0]["id"] == framework_id
+
+        for name in mesos.agent_specs:  # every agent gone: the broker's health says so
+            mesos.kill_agent(name)
+        wait_for(lambda: requests.get(f"http://{service.http_address}/healthz",
+                                      timeout=5).status_code == 503, 60,
+                 "/healthz to report a master without agents")  # fmt: skip
+        report = requests.get(f"http://{service.http_address}/healthz", timeout=5).json()
+        assert report["reason"] == "subscribed, but the Mesos master has no agents", report
+
+
+def test_an_agent_killed_under_an_executor(tmp_path: Path, mesos: RealMesos) -> None:
+    """SIGKILL the agent daemon under a running executor: the master (ping timeout 1 s x 2)
+    reports the agent lost, the broker replaces the executor on another agent and the job
+    completes. The lost executor keeps running meanwhile (its agent checkpointed it); when
+    the agent comes back with the same id the broker kills it by id (defect 4)."""
+    with mesos_broker(tmp_path, mesos, scheduler="drf") as service:
+        driver = Driver(
+            service.http_address, [str(HOSTS_JOB), "2", "300", "0.5"], workdir=tmp_path,
+            name="agent-loss", group="pi", conf=PI_CONF,
+        )  # fmt: skip
+        running = lambda: mesos.tasks("TASK_RUNNING")  # noqa: E731
+        wait_for(lambda: len(running()) == 2, 120, "two executors running as Mesos tasks")
+        victim = running()[0]
+        name = mesos.agent_name(victim.agent_id)
+        mesos.kill_agent(name)
+        wait_for(lambda: len([t for t in running() if t.agent_id != victim.agent_id]) == 2,
+                 120, "a replacement executor on another agent")  # fmt: skip
+        assert mesos.executor_pids(name), "the lost executor should outlive its agent daemon"
+        mesos.restart_agent(name)  # same address, port and work dir: the same agent id
+        wait_for(lambda: mesos.agent_id(name) == victim.agent_id, 60, "the agent to return")
+        wait_for(lambda: not mesos.executor_pids(name), 60,
+                 "the broker to kill the lost executor on the returned agent")  # fmt: skip
+        code, result = driver.wait(timeout=300)
+        assert code == 0, driver.output()
+        assert result["sum"] == sum(range(300))
+        wait_for(lambda: not executor_processes(str(tmp_path)), 60, "executors to exit")
+    tasks = mesos.tasks()
+    assert len({t.task_id for t in tasks}) == len(tasks) >= 3  # nothing launched twice
+    wait_for(lambda: all(t.state in TERMINAL for t in mesos.tasks()), 30,
+             "every Mesos task to reach a terminal state")  # fmt: skip
+    # the master sent TASK_LOST, then TASK_RUNNING ("Unreachable agent re-reregistered")
+    # when the agent returned; the broker's KILL ended it, long before the job did
+    states = next(t.states for t in mesos.tasks() if t.task_id == victim.task_id)
+    assert states[-1] == "TASK_KILLED", states
+
+
+def test_status_shows_the_real_masters_view(tmp_path: Path, mesos: RealMesos) -> None:
+    """`fairbroker status --master` against the real master: its agents and the broker's
+    framework, in columns wide enough for real 39-41 character ids."""
+    with broker_on(tmp_path, mesos, spark_home=str(sleeping_spark(tmp_path))) as service:
+        register(service, "big", 16, 1024, target=1)  # fits nowhere: offers keep coming
+        wait_for(lambda: len(service.broker.engine.agents) == len(AGENTS), 30,
+                 "offers from all six agents")  # fmt: skip
+        done = run_fairbroker("status", "--broker", service.grpc_address,
+                              "--master", mesos.address)  # fmt: skip
+        state = mesos.state()  # (the framework is torn down when the broker stops)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for agent in state["slaves"]:  # the broker's table and the master's: id, then host
+        rows = [x.split()[:2] for x in lines if x.startswith(agent["id"] + " ")]
+        assert rows == [[agent["id"], agent["hostname"]]] * 2, (agent["id"], done.stdout)
+    (framework,) = state["frameworks"]
+    (line,) = [x for x in lines if x.startswith(framework["id"] + " ")]
+    assert line.split()[1] == "fairbroker" and len(framework["id"]) >= 39

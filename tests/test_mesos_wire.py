@@ -309,8 +309,8 @@ def test_the_backend_hands_the_driver_proto_shaped_messages(case: str, tmp_path:
     assert len(tasks) == 2
     for task in tasks:
         assert wire_errors(task, "TaskInfo") == []
-        # the role a resource is for, as Mesos names it, when the framework has roles
-        assert {r.get("role", "*") for r in task["resources"]} == {role}
+        # never a "role" (it would mean a static reservation: TASK_ERROR on a real master)
+        assert not [r for r in task["resources"] if "role" in r]
         uris = task["command"].get("uris", [])
         assert uris == ([{"value": SPARK_URI, "extract": True}] if "spark_uri" in options
                         else [])  # fmt: skip
@@ -323,7 +323,8 @@ def test_the_backend_hands_the_driver_proto_shaped_messages(case: str, tmp_path:
     assert sorted(t["task_id"]["value"] for t in again[0]) == ["p.1", "p.2"]
     assert [wire_errors(t, "Call.Reconcile.Task") for t in again[0]] == [[], []]
     (kill,) = driver.named("killTask")
-    assert kill == ({"value": "p.1"},) and wire_errors(kill[0], "TaskID") == []
+    assert kill == ({"value": "p.1"}, {"value": "a1"})
+    assert wire_errors(kill[0], "TaskID") == wire_errors(kill[1], "AgentID") == []
 
 
 # ---- every call pymesos posts to the test master ------------------------------------------

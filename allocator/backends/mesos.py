@@ -23,10 +23,12 @@ import re
 import shlex
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, ItemsView, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import requests
 
 from allocator.backends.base import (
     AgentInfo,
@@ -44,6 +46,11 @@ log = logging.getLogger(__name__)
 ROLE_ATTRIBUTE = "mesos_role"
 FRAMEWORK_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 HEARTBEAT_SECONDS = 15.0  # the master's fixed interval
+RECONCILE_FIRST_S = 2.0  # reconciliation is repeated, doubling, until every task is confirmed
+RECONCILE_MAX_S = 60.0
+AGENTS_LOOK_S = 15.0  # how often the master's agent list is read (for health, hostnames)
+REDIRECT_FIRST_S = 0.2  # back-off between the master's 307s (pymesos has none)
+REDIRECT_MAX_S = 5.0
 MISSED_HEARTBEATS = 5  # then the connection is considered dead and re-established
 TERMINAL = {
     "TASK_FINISHED": ExecutorState.FINISHED,
@@ -92,6 +99,7 @@ class MesosOptions:
     spark_uri: str | None = None  # or a Spark tarball the agents fetch into the sandbox
     heartbeat_timeout: float = MISSED_HEARTBEATS * HEARTBEAT_SECONDS
     refuse_seconds: float = 5.0
+    agents_look_seconds: float = AGENTS_LOOK_S  # how often the master's agent list is read
     state_dir: Path = Path(".fairbroker")
     executor_env: ExecutorEnvPolicy = field(default_factory=ExecutorEnvPolicy)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -117,6 +125,13 @@ def attributes(offer: dict) -> dict[str, str]:
         value = a.get(kind, {})
         out[a["name"]] = str(value.get("value", value))
     return out
+
+
+def lost_by_master(status: dict) -> bool:
+    """A TASK_LOST the master declared (agent unreachable or removed), not the agent."""
+    return status.get("source") == "SOURCE_MASTER" and status.get("reason") not in (
+        "REASON_RECONCILIATION", "REASON_INVALID_OFFERS",
+    )  # fmt: skip
 
 
 def _guarded(method: Callable) -> Callable:
@@ -148,7 +163,13 @@ class MesosBackend:
         self._tasks: dict[str, _Task] = {}
         self._pending: dict[str, list[dict]] = {}  # agent key -> TaskInfos of this run
         self._agents: dict[str, AgentInfo] = {}  # engine agent key -> info
-        self._suppressed = False
+        self._suppressed = False  # as the master has it (a SUBSCRIBE resets it)
+        self._subscribed = False  # SUBSCRIBED received on the current stream
+        self._kills: set[str] = set()  # KILLs to (re)send once subscribed
+        self._unconfirmed: set[str] = set()  # tasks the master has not reported since subscribing
+        self._next_reconcile = (0.0, RECONCILE_FIRST_S)  # (when, back-off)
+        self._orphans: dict[str, str] = {}  # task id -> agent id: given up with a lost agent
+        self._has_agents: bool | None = None  # does the master have agents (None: unknown)
         self._outbox: list[Callable[[], None]] = []
         self._offer_counts = dict.fromkeys(("received", "accepted", "declined", "rescinded"), 0)
         self._last_heartbeat = time.monotonic()
@@ -172,9 +193,6 @@ class MesosBackend:
     def agents(self) -> list[AgentInfo]:
         return []  # they arrive with offers
 
-    def health(self) -> dict[str, object]:
-        return self.link.health()
-
     def last_offered(self) -> dict[str, dict[str, float]]:
         """Each agent's total when it was last offered (for status and metrics: between
         offers, and while suppressed, the capacity the broker holds is only its tasks)."""
@@ -196,17 +214,15 @@ class MesosBackend:
     def launch(self, spec: LaunchSpec) -> str:
         with self._lock:
             agent = self._agents[spec.agent]
-            agent_id, role = self._agent_id(spec.agent), agent.attributes.get(ROLE_ATTRIBUTE, "*")
+            agent_id = self._agent_id(spec.agent)
             task_id = f"{spec.tenant_id}.{spec.executor_id}"
             self._pending.setdefault(spec.agent, []).append(
-                self.task_info(spec, task_id, agent_id, agent.hostname, role)
+                self.task_info(spec, task_id, agent_id, agent.hostname)
             )
             self._tasks[task_id] = _Task(spec, spec.agent, agent_id)
             return task_id
 
-    def task_info(
-        self, spec: LaunchSpec, task_id: str, agent_id: str, hostname: str, role: str
-    ) -> dict:
+    def task_info(self, spec: LaunchSpec, task_id: str, agent_id: str, hostname: str) -> dict:
         """The TaskInfo of one executor: its resources are exactly the broker's demand."""
         command = executor_launch(
             spec,
@@ -214,9 +230,11 @@ class MesosBackend:
             hostname=hostname,
             policy=self.options.executor_env,
         )  # the agent provides the base environment, never the broker
+        # No "role": in Mesos 1.x a Resource.role other than "*" means *statically
+        # reserved*, which these resources are not (the master would answer TASK_ERROR);
+        # the master injects the offer's allocation_info itself.
         resources = [
             {"name": name, "type": "SCALAR", "scalar": {"value": round(value, 3)}}
-            | ({"role": role} if role != "*" else {})
             for name, value in sorted(spec.resources.items())
             if value > 0
         ]
@@ -239,8 +257,7 @@ class MesosBackend:
                 **({"uris": uris} if uris else {}),
                 "environment": {
                     "variables": [
-                        {"name": k, "value": v}
-                        for k, v in sorted(command.environment.items())
+                        {"name": k, "value": v} for k, v in sorted(command.environment.items())
                     ]
                 },
             },
@@ -292,7 +309,11 @@ class MesosBackend:
 
     def _call(self, name: str, *args: Any) -> bool:
         """A call to the master; an error answer is logged and reported as False, never
-        raised into the allocation loop."""
+        raised into the allocation loop. Before SUBSCRIBED pymesos drops calls silently (or
+        fails an assertion), so nothing is sent then and the call counts as not made."""
+        if not self._subscribed or not getattr(self._driver, "connected", True):
+            log.debug("Mesos call %s not sent: not subscribed", name)
+            return False
         try:
             getattr(self._driver, name)(*args)
         except Exception as error:
@@ -304,9 +325,14 @@ class MesosBackend:
 
     def kill(self, tenant_id: str, executor_id: str) -> None:
         with self._lock:
-            task = self._tasks.get(f"{tenant_id}.{executor_id}")
+            task_id = f"{tenant_id}.{executor_id}"
+            task = self._tasks.get(task_id)
             if task is not None:
-                self._call("killTask", {"value": f"{tenant_id}.{executor_id}"})
+                self._kills.add(task_id)  # until the task's terminal update arrives
+                self._kill(task_id, task.agent_id)
+
+    def _kill(self, task_id: str, agent_id: str) -> bool:
+        return self._call("killTask", {"value": task_id}, {"value": agent_id})
 
     def adopt(self, spec: LaunchSpec, handle: str) -> bool:
         """After a broker restart: the task is assumed alive; reconciliation corrects it
@@ -343,27 +369,44 @@ class MesosBackend:
     def registered(self, driver: Any, framework_id: dict, master_info: dict) -> None:
         self.framework_id = framework_id["value"]
         self._save_framework_id()
-        self.link.subscribed(self.framework_id)
         log.info("registered with Mesos as framework %s", self.framework_id)
-        for task_id in self._abandoned:
-            self._call("killTask", {"value": task_id})
-        self._reconcile(driver)
+        self._subscribed_again()
 
     @_guarded
     def reregistered(self, driver: Any, master_info: dict) -> None:
         log.info("re-registered with Mesos (framework %s)", self.framework_id)
+        self._subscribed_again()
+
+    def _subscribed_again(self) -> None:
+        """A new subscription: the master discarded this framework's offers (without a
+        rescind) and its suppression (pymesos sends no suppressed_roles); pending KILLs
+        (and those of executors abandoned at recovery) are re-sent and every known task is
+        reconciled until the master confirms it."""
         self.link.subscribed(self.framework_id)
         with self._lock:
-            self._offers.clear()  # a failed-over master discards them without a rescind
+            self._subscribed = True
+            self._suppressed = False  # the next flush SUPPRESSes again if nothing is pending
+            self._has_agents = None
+            self._offers.clear()
             for key in list(self._agents):
                 self._report_capacity(key)
+            self._unconfirmed = set(self._tasks) | set(self._orphans)
+            self._next_reconcile = (0.0, RECONCILE_FIRST_S)
+            for task_id in sorted(self._kills):
+                task = self._tasks.get(task_id)
+                if task is not None:
+                    self._kill(task_id, task.agent_id)
+            for task_id in sorted(self._abandoned):
+                self._call("killTask", {"value": task_id})
         self._emit()
-        self._reconcile(driver)
+        self._reconcile()
 
     @_guarded
     def disconnected(self, driver: Any) -> None:
         log.warning("disconnected from the Mesos master")
         self.link.disconnected()
+        with self._lock:
+            self._subscribed = False
 
     @_guarded
     def processHeartBeat(self, driver: Any) -> None:
@@ -375,6 +418,7 @@ class MesosBackend:
         self._last_heartbeat = time.monotonic()
         self.link.event()
         with self._lock:
+            self._has_agents = True
             for raw in offers:
                 try:
                     offer = self._parse_offer(raw)
@@ -390,12 +434,14 @@ class MesosBackend:
                 self._offers[offer.offer_id] = offer
                 self._offer_counts["received"] += 1
                 key = self._key(offer)
-                if key not in self._agents:
+                known = self._agents.get(key)
+                if known is None or not known.hostname:
                     attrs = dict(offer.attributes)
                     if len(self.options.roles) > 1:
                         attrs[ROLE_ATTRIBUTE] = role
                     self._agents[key] = AgentInfo(key, offer.hostname, {}, attrs)
                 self._report_capacity(key)
+                self._kill_orphans(offer.agent_id)
         self._emit()
 
     def _parse_offer(self, raw: dict) -> _Offer:
@@ -441,9 +487,17 @@ class MesosBackend:
         task_id = status["task_id"]["value"]
         state = status.get("state", "")
         with self._lock:
+            self._unconfirmed.discard(task_id)
             task = self._tasks.get(task_id)
             if task is not None:
                 task.state = state
+            if state in TERMINAL:
+                self._kills.discard(task_id)
+            if task_id in self._orphans:
+                self._orphan_update(task_id, state, status)
+            elif task is not None and state == "TASK_LOST" and lost_by_master(status):
+                # the master lost sight of the agent; the executor may well still run there
+                self._orphans[task_id] = task.agent_id
         if task is not None and self._events is not None:
             spec = task.spec
             if state == "TASK_RUNNING":
@@ -465,11 +519,18 @@ class MesosBackend:
 
     @_guarded
     def slaveLost(self, driver: Any, agent_id: dict) -> None:
+        """The master removed the agent. Its executors are replaced elsewhere, but they may
+        still be running (an agent daemon that died leaves them alive): each is remembered
+        as an orphan and killed by id as soon as the agent is seen again."""
         lost = agent_id["value"]
         with self._lock:
             keys = [k for k in self._agents if self._agent_id(k) == lost]
             self._offers = {i: o for i, o in self._offers.items() if o.agent_id != lost}
-            self._tasks = {i: t for i, t in self._tasks.items() if t.agent_id != lost}
+            for task_id, task in list(self._tasks.items()):
+                if task.agent_id == lost:
+                    del self._tasks[task_id]
+                    self._kills.discard(task_id)
+                    self._orphans[task_id] = lost
             for key in keys:
                 del self._agents[key]
         for key in keys:
@@ -506,23 +567,30 @@ class MesosBackend:
     def _key(self, offer: _Offer) -> str:
         return offer.agent_id if len(self.options.roles) == 1 else f"{offer.agent_id}@{offer.role}"
 
+    def _capacity(self, key: str) -> dict[str, float]:
+        """What the broker may use on an engine agent: its held offers plus its tasks."""
+        with self._lock:
+            total: dict[str, float] = {}
+            for offer in self._offers.values():
+                if self._key(offer) == key:
+                    for r, v in offer.resources.items():
+                        total[r] = total.get(r, 0.0) + v
+            for task in self._tasks.values():
+                if task.agent_key == key:
+                    for r, v in task.spec.resources.items():
+                        total[r] = total.get(r, 0.0) + v
+            return total
+
     def _report_capacity(self, key: str) -> None:
-        """Queue what the broker may use on an engine agent (its held offers plus its tasks);
-        sent by `_emit` once the backend's lock is released (the broker's lock comes first)."""
+        """Queue a capacity report for an engine agent; sent by `_emit` once the backend's
+        lock is released (the broker's lock comes first). Reports from pymesos's thread and
+        the allocation thread can reach the broker in either order, so a report carries no
+        snapshot: the broker reads the capacity when it applies it, under its own lock."""
         info = self._agents.get(key)
         if info is None or self._events is None:
             return
-        total: dict[str, float] = {}
-        for offer in self._offers.values():
-            if self._key(offer) == key:
-                for r, v in offer.resources.items():
-                    total[r] = total.get(r, 0.0) + v
-        offered = bool(total)
-        for task in self._tasks.values():
-            if task.agent_key == key:
-                for r, v in task.spec.resources.items():
-                    total[r] = total.get(r, 0.0) + v
-        if offered:
+        total = self._capacity(key)
+        if any(self._key(offer) == key for offer in self._offers.values()):
             self._last_offered[key] = dict(total)
         events = self._events
         if not info.resources:
@@ -531,7 +599,7 @@ class MesosBackend:
             self._agents[key] = info = AgentInfo(key, info.hostname, total, info.attributes)
             self._outbox.append(functools.partial(events.agent_added, info))
             return
-        self._outbox.append(functools.partial(events.capacity_changed, key, total))
+        self._outbox.append(functools.partial(events.capacity_changed, key, _Capacity(self, key)))
 
     def _emit(self) -> None:
         """Send the queued reports to the broker, outside the backend's lock."""
@@ -547,10 +615,50 @@ class MesosBackend:
                 TaskStatus(task.spec.tenant_id, task.spec.executor_id, ExecutorState.FAILED, why)
             )
 
-    def _reconcile(self, driver: Any) -> None:
+    def _kill_orphans(self, agent_id: str) -> None:
+        for task_id, lost_on in self._orphans.items():
+            if lost_on == agent_id:
+                self._kill(task_id, agent_id)
+
+    def _orphan_update(self, task_id: str, state: str, status: dict) -> None:
+        """An update for an executor given up with its agent: the master reports it again
+        when the agent re-registers (possibly TASK_RUNNING, or a second terminal state).
+        Running: kill it. Terminal as the agent or executor reports it: done (the master's
+        own TASK_LOST only means it cannot see the task)."""
+        agent_id = self._orphans[task_id]
+        if state not in TERMINAL:
+            log.warning("executor %s of lost agent %s is still running: killing it",
+                        task_id, agent_id)  # fmt: skip
+            self._kill(task_id, agent_id)
+        elif status.get("source") != "SOURCE_MASTER":
+            del self._orphans[task_id]
+
+    def _reconcile(self) -> None:
+        """Explicit reconciliation of the tasks the master has not confirmed since this
+        subscription; repeated by the watchdog with back-off until none is left."""
         with self._lock:
-            tasks = [{"task_id": {"value": t}} for t in self._tasks]
-        self._call("reconcileTasks", tasks)
+            tasks = sorted(self._unconfirmed)
+            backoff = self._next_reconcile[1]
+            self._next_reconcile = (time.monotonic() + backoff, min(2 * backoff, RECONCILE_MAX_S))
+            bodies = []
+            for task_id in tasks:
+                task = self._tasks.get(task_id)
+                agent = task.agent_id if task else self._orphans.get(task_id)
+                bodies.append({"task_id": {"value": task_id}}
+                              | ({"agent_id": {"value": agent}} if agent else {}))  # fmt: skip
+        self._call("reconcileTasks", bodies)
+
+    def health(self) -> dict[str, object]:
+        """The broker's /healthz answer: the link's, and unhealthy also while the master
+        the broker is subscribed to has no agents (restarted without its registry)."""
+        report = self.link.health()
+        with self._lock:
+            no_agents = self._subscribed and self._has_agents is False
+            unconfirmed = len(self._unconfirmed)
+        if no_agents and report["ok"]:
+            report.update(ok=False, reason="subscribed, but the Mesos master has no agents")
+        report["unreconciled_tasks"] = unconfirmed
+        return report
 
     def _framework_info(self) -> dict:
         roles = list(self.options.roles)
@@ -559,6 +667,7 @@ class MesosBackend:
             "name": self.options.framework_name,
             "failover_timeout": self.options.failover_timeout,
             "checkpoint": True,
+            # declared in full: pymesos would add GPU_RESOURCES on its own
             "capabilities": [{"type": "MULTI_ROLE"}]
             + ([{"type": "GPU_RESOURCES"}] if self.options.gpus else []),
             "roles": roles,
@@ -573,6 +682,7 @@ class MesosBackend:
         return info
 
     def _connect(self) -> None:
+        self._subscribed = False
         self._driver = self._driver_factory(self, self._framework_info(), self.options)
         self._last_heartbeat = time.monotonic()
         self._driver.start()
@@ -580,7 +690,18 @@ class MesosBackend:
     def _watch(self) -> None:
         """pymesos does not notice a silent master: reconnect after missed heartbeats."""
         limit = self.options.heartbeat_timeout
+        next_look = 0.0
         while not self._stop.wait(min(1.0, limit / 4)):
+            now = time.monotonic()
+            with self._lock:
+                subscribed, reconcile = self._subscribed, self._unconfirmed
+                reconcile = reconcile and now >= self._next_reconcile[0]
+                look = subscribed and (self._has_agents is None or now >= next_look)
+            if reconcile:
+                self._reconcile()
+            if look:
+                next_look = now + self.options.agents_look_seconds
+                self._look_at_agents()
             if time.monotonic() - self._last_heartbeat > limit:
                 log.warning("no heartbeat from the Mesos master for %.0f s; reconnecting", limit)
                 self.link.disconnected()
@@ -590,6 +711,39 @@ class MesosBackend:
                 except Exception:
                     log.exception("reconnecting to the Mesos master failed")
                     self._last_heartbeat = time.monotonic()
+
+    def _look_at_agents(self) -> None:
+        """Ask the leading master which agents it has: a master restarted without its
+        registry (no ZooKeeper, in-memory registry) has none, and the broker says so in its
+        health; adopted executors' agents get their hostnames before any offer arrives."""
+        master = getattr(self._driver, "master", None)
+        if not master:
+            return
+        auth = (
+            (self.options.principal, self.options.secret or "") if self.options.principal else None
+        )
+        try:
+            answer = requests.get(f"http://{master}/master/slaves", timeout=10, auth=auth)
+            answer.raise_for_status()
+            slaves = answer.json().get("slaves", [])
+        except (requests.RequestException, ValueError) as error:
+            log.warning("cannot read the Mesos master's agents: %s", error)
+            return
+        with self._lock:
+            self._has_agents = bool(slaves)
+            if not slaves:
+                log.warning("subscribed, but the Mesos master has no agents")
+            by_id = {a["id"]: a for a in slaves}
+            for key in {t.agent_key for t in self._tasks.values()} - set(self._agents):
+                agent = by_id.get(key.split("@")[0])
+                if agent is None:
+                    continue
+                attrs = {k: str(v) for k, v in agent.get("attributes", {}).items()}
+                if "@" in key:
+                    attrs[ROLE_ATTRIBUTE] = key.split("@", 1)[1]
+                self._agents[key] = AgentInfo(key, agent.get("hostname", ""), {}, attrs)
+                self._report_capacity(key)
+        self._emit()
 
     def _framework_file(self) -> Path:
         return Path(self.options.state_dir) / "mesos-framework-id"
@@ -614,10 +768,69 @@ class MesosBackend:
         path.write_text(f"{self.framework_id}\n")
 
 
+class _Capacity(Mapping[str, float]):
+    """An agent's capacity, read from the backend when the broker applies the report."""
+
+    def __init__(self, backend: MesosBackend, key: str) -> None:
+        self._backend, self._key = backend, key
+
+    def _now(self) -> dict[str, float]:
+        return self._backend._capacity(self._key)
+
+    def __getitem__(self, name: str) -> float:
+        return self._now()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._now())
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+    def items(self) -> ItemsView[str, float]:
+        return self._now().items()
+
+
 def _pymesos_driver(scheduler: MesosBackend, framework: dict, options: MesosOptions) -> Any:
+    import pymesos
     from pymesos import MesosSchedulerDriver
 
-    return MesosSchedulerDriver(
+    # pymesos adds its own stderr handler to its logger, which also propagates to the
+    # root logger: every line twice. The application's logging configuration decides.
+    logging.getLogger(pymesos.__name__).handlers.clear()
+
+    class Driver(MesosSchedulerDriver):
+        @property
+        def framework(self) -> dict:
+            return dict(self._framework)  # as given: no capability added, no default timeout
+
+        def killTask(self, task_id: dict, agent_id: dict | None = None) -> None:
+            # pymesos drops the agent id; the master needs it to forward a KILL for a task it
+            # does not know (one of an agent that was removed and came back)
+            kill = {"task_id": task_id} | ({"agent_id": agent_id} if agent_id else {})
+            self._framework_call("KILL", kill=kill)
+
+        def reconcileTasks(self, tasks: list[dict]) -> None:
+            self._framework_call("RECONCILE", reconcile={"tasks": tasks})  # agent ids kept
+
+        def _framework_call(self, kind: str, **body: Any) -> None:
+            if not self.connected or not self.framework_id:
+                raise RuntimeError(f"{kind} before SUBSCRIBED")
+            self._send({"type": kind, "framework_id": {"value": self.framework_id}, **body})
+
+        def change_master(self, master: str) -> None:
+            # A 307 from a master that is not (yet) the leader sends pymesos straight back:
+            # hundreds of redirects a second during an election. Back off between them.
+            now = time.monotonic()
+            last, delay = getattr(self, "_redirected", (0.0, 0.0))
+            if now - last < REDIRECT_MAX_S:
+                delay = min(max(delay * 2, REDIRECT_FIRST_S), REDIRECT_MAX_S)
+                time.sleep(delay)
+            else:
+                delay = 0.0
+            self._redirected = (time.monotonic(), delay)
+            super().change_master(master)
+
+    return Driver(
         scheduler,
         framework,
         options.master,

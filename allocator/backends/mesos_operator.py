@@ -43,22 +43,30 @@ class MesosView:
     metrics: dict
 
     def render(self) -> str:
+        """Aligned tables; id and name columns as wide as their longest value (a real
+        master's ids are 39-41 characters)."""
+        agents, frameworks = self.state.get("slaves", []), self.state.get("frameworks", [])
+        width = max([len(str(x.get("id", "?"))) for x in [*agents, *frameworks]] + [9])
+        host = max([len(str(a.get("hostname", "?"))) for a in agents] + [4])
+        name = max([len(str(f.get("name", "?"))) for f in frameworks] + [4])
         lines = [f"Mesos master {self.state.get('id', '?')} (version {self.state.get('version')})"]
-        lines.append(f"{'agent':<28} {'host':<16} {'cpus used/total':>16} {'mem used/total':>18}")
-        for agent in self.state.get("slaves", []):
+        lines.append(
+            f"{'agent':<{width}} {'host':<{host}} {'cpus used/total':>16} {'mem used/total':>18}"
+        )
+        for agent in agents:
             res, used = agent.get("resources", {}), agent.get("used_resources", {})
             lines.append(
-                f"{agent.get('id', '?'):<28} {agent.get('hostname', '?'):<16} "
+                f"{agent.get('id', '?'):<{width}} {agent.get('hostname', '?'):<{host}} "
                 f"{used.get('cpus', 0):>7g}/{res.get('cpus', 0):<8g} "
                 f"{used.get('mem', 0):>8g}/{res.get('mem', 0):<9g}"
             )
         lines.append("")
-        lines.append(f"{'framework':<28} {'name':<16} {'tasks':>5} {'cpus':>7} {'mem':>9}")
-        for fw in self.state.get("frameworks", []):
+        lines.append(f"{'framework':<{width}} {'name':<{name}} {'tasks':>5} {'cpus':>7} {'mem':>9}")
+        for fw in frameworks:
             used = fw.get("used_resources", {})
             lines.append(
-                f"{fw.get('id', '?'):<28} {fw.get('name', '?'):<16} {len(fw.get('tasks', [])):>5} "
-                f"{used.get('cpus', 0):>7g} {used.get('mem', 0):>9g}"
+                f"{fw.get('id', '?'):<{width}} {fw.get('name', '?'):<{name}} "
+                f"{len(fw.get('tasks', [])):>5} {used.get('cpus', 0):>7g} {used.get('mem', 0):>9g}"
             )
         shares = {
             key.split("/")[3]: value
