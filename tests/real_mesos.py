@@ -71,6 +71,15 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str, every: float
         time.sleep(every)
 
 
+def describe(pids: list[int]) -> list[str]:
+    out = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            out.append(f"{pid}: " + Path(f"/proc/{pid}/cmdline").read_bytes()
+                       .replace(b"\0", b" ").decode()[:200])  # fmt: skip
+    return out
+
+
 def processes_under(root: Path) -> list[int]:
     """Pids (not ours) whose working directory or command line lies under `root`."""
     marker, mine = str(root), os.getpid()
@@ -83,9 +92,17 @@ def processes_under(root: Path) -> list[int]:
             cwd = os.readlink(entry / "cwd")
         except OSError:
             continue
-        if cwd.startswith(marker) or marker in cmdline:
+        if (cwd.startswith(marker) or marker in cmdline) and _alive(entry):
             pids.append(int(entry.name))
     return pids
+
+
+def _alive(entry: Path) -> bool:
+    """Not a zombie (a killed process its parent has not reaped yet)."""
+    try:
+        return (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -214,7 +231,14 @@ class RealMesos:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(STOP_TIMEOUT_S)
-        self._kill_groups(processes_under(self.work_dir / "agents"))
+        # bounded: whatever an agent was starting as it stopped is caught here too
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while (left := processes_under(self.work_dir / "agents")) and time.monotonic() < deadline:
+            self._kill_groups(left)
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
         for log in self._logs:
             log.close()
         self._logs.clear()
@@ -275,6 +299,13 @@ class RealMesos:
 
     def metrics(self) -> dict[str, float]:
         return requests.get(f"{self.url}/metrics/snapshot", timeout=10).json()
+
+    @property
+    def master_id(self) -> str:
+        return self.state()["id"]
+
+    def hostname(self, name: str) -> str:
+        return self.agent_specs[name].hostname
 
     def agent_id(self, name: str) -> str | None:
         host = self.agent_specs[name].hostname

@@ -116,7 +116,11 @@ def test_faults_lose_no_work_and_launch_nothing_twice(tmp_path: Path, master: Me
         for task in op["launch"]["task_infos"]
     ]
     assert len(launched) == len(set(launched)) >= 3  # two, then a replacement; no repeats
-    assert [c.status for c in master.calls() if c.status >= 400] == [500]
+    # the injected 500; and an ACKNOWLEDGE of an update read from a stream the master had
+    # just dropped gets 403 (the agent re-sends the update after re-subscription)
+    errors = [(c.type, c.status) for c in master.calls() if c.status >= 400]
+    assert ("ACCEPT", 500) in errors, errors
+    assert set(errors) <= {("ACCEPT", 500), ("ACKNOWLEDGE", 403)}, errors
     assert all(c.stream_id for c in master.calls() if c.type != "SUBSCRIBE")
 
 

@@ -17,11 +17,15 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from mesos_master import AgentSpec, MesosMaster, SchedulerStream
 from mesos_master.wire import RecordIODecoder, encode_record
+from real_mesos import SKIP_REASON, RealMesos, mesos_home
+
+from allocator.backends.base import AgentInfo
 
 FRAMEWORK = {"user": "root", "name": "conformance"}
 A1 = AgentSpec("a1", {"cpus": 4, "mem": 2048, "disk": 1000}, {"rack": "r1", "gen": 3})
@@ -29,10 +33,25 @@ A2 = AgentSpec("a2", {"cpus": 2, "mem": 1024})
 
 
 @pytest.fixture
-def master() -> Iterator[MesosMaster]:
+def master(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MesosMaster]:
+    """The test master, or (parametrised "real" through BOTH) a real Mesos 1.11.0 master
+    with the same two agents: the tests marked BOTH describe Mesos and hold for either."""
+    if getattr(request, "param", "test") == "real":
+        if mesos_home() is None:
+            pytest.skip(SKIP_REASON)
+        agents = [AgentInfo(a.name, f"127.0.4.{k + 1}", dict(a.resources),
+                            {n: str(v) for n, v in a.attributes.items()})
+                  for k, a in enumerate((A1, A2))]  # fmt: skip
+        with RealMesos(agents, work_dir=tmp_path / "real", allocation_interval=0.1) as real:
+            yield real  # type: ignore[misc]  (the same introspection, duck-typed)
+        return
     with MesosMaster([A1, A2], allocation_interval=0.1, heartbeat_interval=0.3,
                      status_update_retry=0.5, seed=7) as m:  # fmt: skip
         yield m
+
+
+# The conformance tests run against both masters (the real one when this machine has it).
+BOTH = pytest.mark.parametrize("master", ["test", "real"], indirect=True)
 
 
 @pytest.fixture
@@ -128,7 +147,8 @@ Answer = tuple[int, dict[str, str], bytes]
 
 def raw_request(master: MesosMaster, method: str, path: str, body: bytes = b"",
                 headers: dict[str, str] | None = None) -> Answer:  # fmt: skip
-    conn = http.client.HTTPConnection(master.core.ip, master.core.port, timeout=10)
+    host, port = master.address.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
     try:
         conn.request(method, path, body=body, headers=headers or {})
         answer = conn.getresponse()
@@ -183,6 +203,7 @@ def test_heartbeat_follows_subscribed_at_once_then_every_interval(subscribe) -> 
     assert all(0.2 <= gap <= 0.6 for gap in gaps), gaps
 
 
+@BOTH
 def test_master_prefixed_scheduler_path_is_routed_too(master: MesosMaster) -> None:
     status, headers, _ = raw_request(master, "GET", "/master/api/v1/scheduler")
     assert status == 405 and headers["allow"] == "POST"
@@ -193,6 +214,7 @@ def test_master_prefixed_scheduler_path_is_routed_too(master: MesosMaster) -> No
 SUBSCRIBE_CALL = {"type": "SUBSCRIBE", "subscribe": {"framework_info": FRAMEWORK}}
 
 
+@BOTH
 @pytest.mark.parametrize(
     ("method", "headers", "body", "status", "message"),
     [
@@ -262,6 +284,7 @@ def test_framework_checks_come_in_order_403_then_stream_id(master: MesosMaster,
     assert stream.call(revive)[0] == 403
 
 
+@BOTH
 def test_unknown_paths_get_404(master: MesosMaster) -> None:
     assert raw_request(master, "GET", "/master/nothing-here")[0] == 404
     assert raw_request(master, "GET", "/slave(1)/state")[0] == 404
@@ -270,6 +293,7 @@ def test_unknown_paths_get_404(master: MesosMaster) -> None:
 # Offers ------------------------------------------------------------------------------------
 
 
+@BOTH
 def test_offers_are_nested_and_carry_each_agents_remainder(master: MesosMaster,
                                                           subscribe) -> None:  # fmt: skip
     stream = subscribe()
@@ -285,9 +309,13 @@ def test_offers_are_nested_and_carry_each_agents_remainder(master: MesosMaster,
     assert one["framework_id"]["value"] == stream.framework_id
     assert one["hostname"] == master.hostname("a1") and one["hostname"].startswith("127.")
     assert one["hostname"] != two["hostname"]
-    assert {r["name"]: r["scalar"]["value"] for r in one["resources"]} == {
+    scalars = [r for r in one["resources"] if r["type"] == "SCALAR"]
+    assert {r["name"]: r["scalar"]["value"] for r in scalars} == {
         "cpus": 4.0, "mem": 2048.0, "disk": 1000.0}
-    assert all(r["role"] == "*" and r["type"] == "SCALAR" for r in one["resources"])
+    assert all(r["role"] == "*" for r in one["resources"])
+    # A real agent also offers its default port range (the test master: scalars only).
+    others = [(r["name"], r["type"]) for r in one["resources"] if r["type"] != "SCALAR"]
+    assert others in ([], [("ports", "RANGES")])
     # Not MULTI_ROLE: allocation info is stripped from the offer and its resources.
     assert "allocation_info" not in one
     assert all("allocation_info" not in r for r in one["resources"])
@@ -297,7 +325,8 @@ def test_offers_are_nested_and_carry_each_agents_remainder(master: MesosMaster,
     assert "attributes" not in two  # an empty repeated field is not printed
 
 
-def test_multi_role_offers_carry_allocation_info(subscribe) -> None:
+@BOTH
+def test_multi_role_offers_carry_allocation_info(master: MesosMaster, subscribe) -> None:
     stream = subscribe({**FRAMEWORK, "roles": ["spark"],
                         "capabilities": [{"type": "MULTI_ROLE"}]})  # fmt: skip
     offer = stream.next_event("OFFERS")["offers"]["offers"][0]
@@ -305,6 +334,7 @@ def test_multi_role_offers_carry_allocation_info(subscribe) -> None:
     assert all(r["allocation_info"] == {"role": "spark"} for r in offer["resources"])
 
 
+@BOTH
 @pytest.mark.parametrize(
     ("info", "message"),
     [
@@ -315,7 +345,8 @@ def test_multi_role_offers_carry_allocation_info(subscribe) -> None:
          "duplicate"),
     ],
 )  # fmt: skip
-def test_invalid_framework_info_gets_200_then_error_event(subscribe, info: dict[str, Any],
+def test_invalid_framework_info_gets_200_then_error_event(master: MesosMaster, subscribe,
+                                                         info: dict[str, Any],
                                                          message: str) -> None:  # fmt: skip
     stream = subscribe(info)
     assert stream.status == 200
@@ -528,7 +559,8 @@ def test_kill_sends_sigterm_then_sigkill_after_the_grace_period(master: MesosMas
                     what="the task's process group to die")  # fmt: skip
 
 
-def test_kill_of_unknown_task_is_answered_by_reconciliation(subscribe) -> None:
+@BOTH
+def test_kill_of_unknown_task_is_answered_by_reconciliation(master: MesosMaster, subscribe) -> None:
     stream = subscribe()
     stream.next_event("SUBSCRIBED")
     assert stream.framework_call("KILL", kill={"task_id": {"value": "ghost"}})[0] == 202
@@ -537,6 +569,7 @@ def test_kill_of_unknown_task_is_answered_by_reconciliation(subscribe) -> None:
     assert status["source"] == "SOURCE_MASTER" and "uuid" not in status
 
 
+@BOTH
 def test_reconcile_implicit_and_explicit(master: MesosMaster, subscribe) -> None:
     stream = subscribe()
     offer = stream.next_event("OFFERS")["offers"]["offers"][0]
@@ -601,7 +634,10 @@ def test_accepting_rescinded_or_mixed_offers_loses_the_tasks(master: MesosMaster
     offer_on(stream, other["agent_id"]["value"], timeout=2)
 
 
-def test_partition_aware_frameworks_get_task_dropped_for_invalid_offers(subscribe) -> None:
+@BOTH
+def test_partition_aware_frameworks_get_task_dropped_for_invalid_offers(
+    master: MesosMaster, subscribe
+) -> None:
     stream = subscribe({**FRAMEWORK, "capabilities": [{"type": "PARTITION_AWARE"}]})
     offer = stream.next_event("OFFERS")["offers"]["offers"][0]
     stream.framework_call("DECLINE", decline={"offer_ids": [offer["id"]]})

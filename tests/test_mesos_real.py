@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 import requests
 from conftest import run_fairbroker
-from real_mesos import SKIP_REASON, RealMesos, mesos_home, processes_under
+from real_mesos import (
+    SKIP_REASON,
+    RealMesos,
+    describe,
+    free_port,
+    mesos_home,
+    processes_under,
+)
 from spark_support import HOSTS_JOB, Driver, executor_processes, wait_for
 from test_mesos_live import PI_CONF, mesos_broker
 
@@ -25,7 +32,8 @@ HOSTS = {a.hostname for a in AGENTS}
 def mesos(tmp_path: Path):
     with RealMesos(AGENTS, work_dir=tmp_path / "mesos", agent_ping_timeout=1) as running:
         yield running
-    assert not processes_under(tmp_path / "mesos"), "a process outlived the real cluster"
+    left = processes_under(tmp_path / "mesos")
+    assert not left, f"processes outlived the real cluster: {describe(left)}"
 
 
 def assert_all_terminal(mesos: RealMesos) -> None:
@@ -221,3 +229,68 @@ def test_status_shows_the_real_masters_view(tmp_path: Path, mesos: RealMesos) ->
     (framework,) = state["frameworks"]
     (line,) = [x for x in lines if x.startswith(framework["id"] + " ")]
     assert line.split()[1] == "fairbroker" and len(framework["id"]) >= 39
+
+
+@pytest.mark.slow
+def test_a_broker_killed_and_restarted_readopts_its_tasks(tmp_path: Path, mesos: RealMesos):
+    """SIGKILL `fairbroker serve` with two executors running and start it again on the same
+    state dir: it re-subscribes as the same framework, reconciles until the master has
+    confirmed both tasks, re-adopts them and launches nothing twice."""
+    import signal
+    import subprocess
+    import sys
+
+    from allocator.broker.client import BrokerClient
+    from allocator.broker.proto import pb
+
+    state, ports = tmp_path / "state", {"http": free_port(), "grpc": free_port()}
+    spark, log = sleeping_spark(tmp_path), tmp_path / "serve.log"
+
+    def serve() -> subprocess.Popen:
+        return subprocess.Popen([
+            sys.executable, "-c", "from allocator.cli import main; main()", "serve",
+            "--backend", "mesos", "--master", mesos.address, "--state-dir", str(state),
+            "--spark-home", str(spark), "--port", str(ports["http"]),
+            "--grpc-port", str(ports["grpc"]), "--metrics-port", "0", "--lease", "600",
+            "--scheduler", "drf",
+        ], stdout=subprocess.DEVNULL, stderr=log.open("ab"))  # fmt: skip
+
+    def healthy() -> dict | None:
+        try:
+            answer = requests.get(f"http://127.0.0.1:{ports['http']}/healthz", timeout=2)
+        except requests.RequestException:
+            return None
+        return answer.json() if answer.status_code == 200 else None
+
+    first = serve()
+    try:
+        wait_for(healthy, 60, "the broker to subscribe")
+        client = BrokerClient(f"127.0.0.1:{ports['grpc']}")
+        client.register(pb.RegisterRequest(
+            tenant_id="t", demand={"cpus": 2, "mem": 1024}, target=2,
+            launch=pb.ExecutorLaunch(driver_url="spark://CoarseGrainedScheduler@127.0.0.1:9",
+                                     app_id="t", cores=2, heap_mib=640),
+        ))  # fmt: skip
+        running = lambda: sorted(t.task_id for t in mesos.tasks("TASK_RUNNING"))  # noqa: E731
+        wait_for(lambda: running() == ["t.1", "t.2"], 60, "two tasks running")
+        (framework_id,) = [f["id"] for f in mesos.frameworks()]
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+
+        second = serve()
+        try:
+            wait_for(lambda: (h := healthy()) and h.get("unreconciled_tasks") == 0, 60,
+                     "the restarted broker to subscribe and reconcile both tasks")  # fmt: skip
+            assert [f["id"] for f in mesos.frameworks()] == [framework_id]
+            allocation = client.allocation()
+            (tenant,) = allocation.tenants
+            assert tenant.running == 2, allocation
+            assert running() == ["t.1", "t.2"]
+            assert sorted(t.task_id for t in mesos.tasks()) == ["t.1", "t.2"]  # none twice
+        finally:
+            second.send_signal(signal.SIGTERM)
+            second.wait(30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(10)

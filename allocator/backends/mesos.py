@@ -170,6 +170,7 @@ class MesosBackend:
         self._next_reconcile = (0.0, RECONCILE_FIRST_S)  # (when, back-off)
         self._orphans: dict[str, str] = {}  # task id -> agent id: given up with a lost agent
         self._has_agents: bool | None = None  # does the master have agents (None: unknown)
+        self._next_look = 0.0  # when to read the master's agent list next
         self._outbox: list[Callable[[], None]] = []
         self._offer_counts = dict.fromkeys(("received", "accepted", "declined", "rescinded"), 0)
         self._last_heartbeat = time.monotonic()
@@ -387,6 +388,7 @@ class MesosBackend:
             self._subscribed = True
             self._suppressed = False  # the next flush SUPPRESSes again if nothing is pending
             self._has_agents = None
+            self._next_look = 0.0  # read the master's agents at once
             self._offers.clear()
             for key in list(self._agents):
                 self._report_capacity(key)
@@ -690,17 +692,17 @@ class MesosBackend:
     def _watch(self) -> None:
         """pymesos does not notice a silent master: reconnect after missed heartbeats."""
         limit = self.options.heartbeat_timeout
-        next_look = 0.0
         while not self._stop.wait(min(1.0, limit / 4)):
             now = time.monotonic()
             with self._lock:
                 subscribed, reconcile = self._subscribed, self._unconfirmed
                 reconcile = reconcile and now >= self._next_reconcile[0]
-                look = subscribed and (self._has_agents is None or now >= next_look)
+                look = subscribed and now >= self._next_look
+                if look:
+                    self._next_look = now + self.options.agents_look_seconds
             if reconcile:
                 self._reconcile()
             if look:
-                next_look = now + self.options.agents_look_seconds
                 self._look_at_agents()
             if time.monotonic() - self._last_heartbeat > limit:
                 log.warning("no heartbeat from the Mesos master for %.0f s; reconnecting", limit)

@@ -4,15 +4,25 @@ with local agents that run command tasks as subprocesses, and fault injection.
     with MesosMaster([AgentSpec("a1", {"cpus": 4, "mem": 4096})], allocation_interval=0.2) as m:
         driver = MesosSchedulerDriver(scheduler, framework_info, m.address)
 
-Simplified against a real master: JSON only (protobuf bodies get 415, protobuf-only Accept
+The tests marked BOTH in tests/test_mesos_master.py run against this master and a real
+Mesos 1.11.0 master alike (the scheduler endpoint's error answers and their order, routing
+and 404s, nested offers with each agent's remainder, allocation_info for MULTI_ROLE, invalid
+FrameworkInfo as 200 then ERROR, KILL of an unknown task and implicit/explicit
+reconciliation, TASK_DROPPED for partition-aware frameworks); `/master/slaves` was added
+after the broker met a real master.
+
+Still different from a real master: JSON only (protobuf bodies get 415, protobuf-only Accept
 406); no authentication, gzip, or 307/503 of its own (inject them with `fail_next_call`);
 the heartbeat interval is configurable (Mesos fixes 15 s); scalar resources only (no ports,
-ranges, sets, reservations, volumes, quota, weights, role trees, offer constraints); DRF ties
-break by framework id; RESERVE and other operations are ignored, LAUNCH_GROUP gives
-TASK_ERROR, custom executors TASK_FAILED; MESSAGE, REQUEST and inverse offers do nothing;
-unacknowledged updates are re-sent on re-subscription rather than on the agent's timer; on
-fail-over the master keeps its frameworks (a real one rebuilds them from re-registering
-agents); a lost agent never returns; `/master/state` and `/metrics/snapshot` carry the main
+which a real agent offers by default, ranges, sets, reservations, volumes, quota, weights,
+role trees, offer constraints); DRF ties break by framework id; RESERVE and other operations
+are ignored, LAUNCH_GROUP gives TASK_ERROR, custom executors TASK_FAILED; MESSAGE, REQUEST
+and inverse offers do nothing; unacknowledged updates are re-sent on re-subscription rather
+than on the agent's timer; on fail-over the master keeps its frameworks (a real one rebuilds
+them from re-registering agents); a lost agent never returns (a real agent whose daemon died
+keeps its executors running and re-registers with the same id, and the master then sends
+TASK_RUNNING "Unreachable agent re-reregistered" after the TASK_LOST it sent when the agent
+stopped answering); `/master/state`, `/master/slaves` and `/metrics/snapshot` carry the main
 fields only; the operator `/api/v1` answers GET_HEALTH, GET_VERSION, GET_STATE, GET_AGENTS,
 GET_FRAMEWORKS, GET_TASKS and GET_METRICS (501 otherwise).
 """

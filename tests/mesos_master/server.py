@@ -108,6 +108,11 @@ class _Handler(BaseHTTPRequestHandler):
         elif target in ("/state", "/state.json"):
             with core.lock:
                 answer = wire.Answer.json(operator_api.master_state(core))
+        elif target == "/slaves":  # the agents part of /state, as the real master has it
+            with core.lock:
+                state = operator_api.master_state(core)
+            answer = wire.Answer.json({"slaves": state["slaves"],
+                                       "recovered_slaves": state["recovered_slaves"]})
         elif target == "/version":
             answer = wire.Answer.json(operator_api.version())
         else:

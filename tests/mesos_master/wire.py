@@ -138,7 +138,7 @@ def accept_check(accept: str | None) -> Answer | None:
 
 # Master routes, matched like libprocess: the longest whole-component prefix wins, and a
 # path without the `/master` prefix reaches the master process too (its delegate).
-MASTER_ROUTES = ("/api/v1/scheduler", "/api/v1", "/state", "/state.json")
+MASTER_ROUTES = ("/api/v1/scheduler", "/api/v1", "/state", "/state.json", "/slaves")
 TOP_ROUTES = ("/version", "/metrics/snapshot")
 
 
