@@ -6,6 +6,7 @@ No container engine runs here: images are not built, the tools that need none ar
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -32,7 +33,10 @@ def tool(name: str) -> str:
         str(DEPLOY_BIN / name) if (DEPLOY_BIN / name).exists() else None
     )
     if found is None:
-        pytest.skip(f"{name} is not installed (make system-deps deploy-tools)")
+        message = f"{name} is not installed (make system-deps deploy-tools)"
+        if os.environ.get("CI"):  # `make test` installs it: missing in CI is a failure
+            pytest.fail(message)
+        pytest.skip(message)
     return found
 
 
