@@ -102,11 +102,11 @@ def equilibrium(
             step = float(np.abs(delta).max(initial=0.0))
             if step > tol * scale:
                 moved = max(moved, step)
-                delta *= weight
-                new = old + delta
-                x[piece.users, piece.agent] = new
-                totals[piece.users] += delta
+                # Marked by the whole move, so a damped step never hides an unsettled agent.
                 changed_users[piece.users[np.abs(delta) > tol * scale]] = True
+                delta *= weight
+                x[piece.users, piece.agent] = old + delta
+                totals[piece.users] += delta
         if moved == 0.0:
             return x, sweep, 0.0
         stale = eligible[changed_users].any(axis=0)
