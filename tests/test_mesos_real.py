@@ -252,7 +252,7 @@ def test_a_broker_killed_and_restarted_readopts_its_tasks(tmp_path: Path, mesos:
             "--backend", "mesos", "--master", mesos.address, "--state-dir", str(state),
             "--spark-home", str(spark), "--port", str(ports["http"]),
             "--grpc-port", str(ports["grpc"]), "--metrics-port", "0", "--lease", "600",
-            "--scheduler", "drf",
+            "--scheduler", "drf", "--allow-root",  # (CI runs as root; the agents do not switch)
         ], stdout=subprocess.DEVNULL, stderr=log.open("ab"))  # fmt: skip
 
     def healthy() -> dict | None:
@@ -294,3 +294,32 @@ def test_a_broker_killed_and_restarted_readopts_its_tasks(tmp_path: Path, mesos:
         if first.poll() is None:
             first.kill()
             first.wait(10)
+
+
+def test_two_tenants_are_placed_where_rpsdsf_packs_them(tmp_path: Path, mesos: RealMesos):
+    """A CPU-heavy (Pi-shaped) and a memory-heavy (WordCount-shaped) tenant at once under
+    rPS-DSF characterized, on the six real agents: the same checks as on the embedded
+    cluster (tests/test_broker.py): WordCount holds more of the memory-rich t1 agents than
+    Pi, Pi more of the CPU-rich t2 agents than WordCount, and no agent is over capacity."""
+    pi, wc = {"cpus": 2.0, "mem": 1024.0}, {"cpus": 1.0, "mem": 1792.0}
+    with broker_on(tmp_path, mesos, spark_home=str(sleeping_spark(tmp_path)),
+                   scheduler="rpsdsf", mode="characterized") as service:  # fmt: skip
+        register(service, "pi", pi["cpus"], pi["mem"], target=100)
+        register(service, "wc", wc["cpus"], wc["mem"], target=100)
+        wait_for(lambda: len(mesos.tasks("TASK_RUNNING")) >= 10, 60,
+                 "at least ten executors running on the real agents")  # fmt: skip
+        wait_for(lambda: all(t.state == "TASK_RUNNING" for t in mesos.tasks()), 30,
+                 "every launched task to be running")  # fmt: skip
+        state, tasks = mesos.state(), mesos.tasks()
+    kind = {a["id"]: a["attributes"]["type"] for a in state["slaves"]}
+    held: dict[tuple[str, str], int] = {}
+    for task in tasks:
+        tenant = task.task_id.split(".")[0]
+        assert task.resources == (pi if tenant == "pi" else wc), task
+        key = (tenant, kind[task.agent_id])
+        held[key] = held.get(key, 0) + 1
+    assert held.get(("wc", "t1"), 0) > held.get(("pi", "t1"), 0), held
+    assert held.get(("pi", "t2"), 0) > held.get(("wc", "t2"), 0), held
+    for agent in state["slaves"]:  # the master's own accounting: nothing over capacity
+        for r in ("cpus", "mem"):
+            assert agent["used_resources"][r] <= agent["resources"][r], agent
