@@ -93,12 +93,17 @@ class HttpBrokerClient:
 
         return self._call("GetAllocation", {}, pb.Allocation)
 
-    def configure(self, scheduler: str = "", mode: str = "", selection: str = "") -> Any:
+    def configure(
+        self, scheduler: str = "", mode: str = "", selection: str = "", **changes: Any
+    ) -> Any:
+        from google.protobuf import json_format
+
         from allocator.broker.proto import pb
 
-        body = {k: v for k, v in (("scheduler", scheduler), ("mode", mode),
-                                  ("selection", selection)) if v}  # fmt: skip
-        return self._call("Configure", body, pb.BrokerInfo)
+        request = pb.ConfigureRequest(
+            scheduler=scheduler, mode=mode, selection=selection, **changes
+        )
+        return self._call("Configure", json_format.MessageToDict(request), pb.BrokerInfo)
 
     def __enter__(self) -> HttpBrokerClient:
         return self

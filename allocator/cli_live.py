@@ -6,15 +6,11 @@ import os
 
 import click
 
-from allocator.cli_fuga import fuga_options
+from allocator.cli_engine import engine_flags, engine_options
 from allocator.cli_types import (
     FiniteFloat,
     LazyChoice,
     choice_of,
-    mode_choice,
-    scheduler_choice,
-    selection_choice,
-    ties_choice,
 )
 from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 
@@ -23,25 +19,6 @@ TOKEN_ENV = "FAIRBROKER_TOKEN"
 
 def _choice(values: list[str]) -> click.Choice:
     return LazyChoice(lambda: values)
-
-
-def policy_options(func):
-    """--scheduler/--mode/--selection/--ties, shared by serve and batch."""
-    func = click.option(
-        "--ties", type=ties_choice(), default="random", show_default=True,
-        help="Tie rule among equally fair choices (waste: the agent left least unusable).",
-    )(func)  # fmt: skip
-    func = click.option(
-        "--selection", type=selection_choice(), default=None,
-        help="Server selection (default: the scheduler's own).",
-    )(func)  # fmt: skip
-    func = click.option(
-        "--mode", type=mode_choice(), default="characterized", show_default=True
-    )(func)
-    func = fuga_options(func)
-    return click.option(
-        "--scheduler", type=scheduler_choice(), default="rpsdsf", show_default=True
-    )(func)
 
 
 def executor_env_options(func):
@@ -188,7 +165,7 @@ def serve_options(func):
 
 
 @click.command()
-@policy_options
+@engine_flags(fuga=True)
 @serve_options
 @executor_env_options
 @click.pass_context
@@ -304,22 +281,33 @@ def status(broker: str, token: str | None, as_json: bool, master: str | None) ->
     show_default=True, help=BROKER_HELP + " Env FAIRBROKER_BROKER.",
 )  # fmt: skip
 @click.option("--token", envvar=TOKEN_ENV, default=None)
-@click.option("--scheduler", type=scheduler_choice(), default=None)
-@click.option("--mode", type=mode_choice(), default=None)
-@click.option("--selection", type=selection_choice(), default=None)
-def configure(
-    broker: str, token: str | None, scheduler: str | None, mode: str | None, selection: str | None
-) -> None:
-    """Switch a running broker's scheduler, mode or selection."""
-    with _client(broker, token) as client:
-        info = client.configure(scheduler or "", mode or "", selection or "")
-    click.echo(f"scheduler {info.scheduler}, {info.mode} mode, {info.selection} selection")
+@engine_flags(("scheduler", "mode", "selection", "level", "trigger", "ties", "role_weights"))
+def configure(broker: str, token: str | None, role_weights: tuple[str, ...], **changes) -> None:
+    """Change a running broker's scheduler, mode, selection, level, trigger, ties or group
+    weights. The changes last until the broker stops: to keep them, put them in its
+    configuration (serve --config FILE, FAIRBROKER_* or flags)."""
+    from allocator.cli_engine import parse_role_weights
 
+    weights = parse_role_weights(role_weights)
+    with _client(broker, token) as client:
+        info = client.configure(
+            **{k: v for k, v in changes.items() if v is not None}, role_weights=weights
+        )
+    click.echo(render_engine(info))
+
+
+def render_engine(info) -> str:
+    weights = ", ".join(f"{r}={w:g}" for r, w in sorted(info.role_weights.items()))
+    return (
+        f"scheduler {info.scheduler}, {info.mode} mode, {info.selection} selection, "
+        f"{info.level} level, {info.trigger} trigger, ties {info.ties}"
+        + (f", group weights {weights}" if weights else "")
+    )
 
 
 @click.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
-@policy_options
+@engine_options("rpsdsf")
 @click.option(
     "--out", type=click.Path(file_okay=False), default="results/batch", show_default=True,
     help="Job logs, the broker's state, result.json and allocation.png.",
@@ -344,9 +332,8 @@ def configure(
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def batch(
-    scenario: str, scheduler: str, mode: str, selection: str | None, ties: str, out: str,
-    broker: str | None, token: str | None, job_timeout: float, metrics_port: int | None,
-    admission: str | None, quiet: bool, as_json: bool,
+    scenario: str, engine, out: str, broker: str | None, token: str | None, job_timeout: float,
+    metrics_port: int | None, admission: str | None, quiet: bool, as_json: bool,
 ) -> None:  # fmt: skip
     """Run SCENARIO's Spark job batches (queues of jobs per group) through the broker.
 
@@ -367,12 +354,15 @@ def batch(
 
     check_stdout()
     spec = load_batch(scenario)
+    # A group's weight is its role's weight, in the simulator and here alike.
+    engine = engine.with_default_role_weights({g.name: g.weight for g in spec.groups})
+    if broker is not None:
+        _check_running_broker(broker, token, engine)
     workdir = prepare_output_dir(out, "--out")
     service = None
     if broker is None:
         options = BrokerOptions(
-            scheduler=scheduler, mode=mode, selection=selection, ties=ties, http_port=0,
-            grpc_port=0, token=token, state_dir=workdir / "broker",
+            engine=engine, http_port=0, grpc_port=0, token=token, state_dir=workdir / "broker",
             agents=agent_infos(spec.agents), metrics_port=metrics_port,
         )  # fmt: skip
         service = BrokerService(options).start()
@@ -395,7 +385,7 @@ def batch(
             broker=broker,
             snapshot=snapshot if service is not None else None,
             workdir=workdir,
-            oblivious=mode == "oblivious",
+            oblivious=engine.mode == "oblivious",
             token=token,
             progress=not quiet,
             job_timeout=job_timeout,
@@ -407,7 +397,7 @@ def batch(
     data = result.to_json()
     from allocator.batch import prediction
 
-    predicted = prediction.predict(spec)
+    predicted = prediction.predict(spec, engine)
     data["prediction"] = predicted.to_json()
     (workdir / "result.json").write_text(json.dumps(data, indent=2) + "\n")
     prediction.plot(predicted, data, workdir / "prediction.png")
@@ -425,6 +415,29 @@ def batch(
                    f"job logs in {workdir / 'jobs'}")  # fmt: skip
     if result.failures:
         raise click.ClickException(f"{len(result.failures)} job(s) failed; see their logs")
+
+
+def _check_running_broker(broker: str, token: str | None, engine) -> None:
+    """With --broker the broker's own configuration decides: refuse engine options that
+    would be ignored, and group weights the broker does not hold."""
+    from allocator.engine_config import EngineConfig
+
+    asked = engine.replace(role_weights={})
+    if asked != EngineConfig.mesos("rpsdsf"):
+        raise click.UsageError(
+            "--broker: the running broker's configuration decides; change it with "
+            "`fairbroker configure` instead of giving engine options here"
+        )
+    wanted = {g: w for g, w in engine.role_weights.items() if w != 1.0}
+    with _client(broker, token) as client:
+        held = dict(client.allocation().broker.role_weights)
+    missing = {g: w for g, w in wanted.items() if held.get(g, 1.0) != w}
+    if missing:
+        flags = " ".join(f"--role-weight {g}={w:g}" for g, w in sorted(missing.items()))
+        raise click.UsageError(
+            f"the batch's group weights are not the broker's; run `fairbroker configure "
+            f"--broker {broker} {flags}` (or start it with them) first"
+        )
 
 
 COMMANDS = (serve, status, configure, batch)

@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from allocator.cli_engine import engine_options
 from allocator.cli_types import LazyChoice, choice_of
 from allocator.outputs import check_output_file, check_stdout, plot_suffixes
 
@@ -37,10 +38,7 @@ def _split(
               help="Schedulers to compare (default: all).")
 @click.option("--modes", default=None, metavar="A,B",
               help="Modes to compare (default: characterized,oblivious).")
-@click.option("--level", type=choice_of("allocator.policy.levels", "Level"), default="role",
-              show_default=True, help="role: groups first (Mesos); framework: flat.")
-@click.option("--trigger", type=choice_of("allocator.engine", "Trigger"), default="tick",
-              show_default=True, help="tick: freed resources wait for the next 1 s run.")
+@engine_options(exclude=("scheduler", "mode", "seed"))
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Write the allocation small multiples here and the summary bar chart "
               "beside it (NAME-summary.png).")
@@ -51,8 +49,7 @@ def whatif(
     seeds: int,
     schedulers: str | None,
     modes: str | None,
-    level: str,
-    trigger: str,
+    engine,
     plot: str | None,
     as_json: bool,
     quiet: bool,
@@ -77,7 +74,7 @@ def whatif(
         done[0] += 1
         click.echo(f"  [{done[0]}/{total}] {label} seed {seed}", err=True)
 
-    report = run_whatif(batch, names, chosen_modes, seeds, level, trigger,
+    report = run_whatif(batch, names, chosen_modes, seeds, engine,
                         None if quiet or as_json else progress)  # fmt: skip
     written = report.plot(plot) if plot else []
     if as_json:

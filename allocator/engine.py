@@ -15,30 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 import numpy as np
 
+from allocator.engine_config import EngineConfig, Trigger
 from allocator.errors import FairbrokerError
 from allocator.filling import progressive_fill
+from allocator.mesos_defaults import MIN_ALLOCATABLE
 from allocator.model import Cluster, _matches
-from allocator.policy import Selection, Ties, scheduler
-from allocator.policy.levels import Level
+from allocator.policy import Selection, scheduler
 from allocator.state import AllocationState, Mode
-
-#: Mesos's default refuse filter for declined resources, and allocation interval.
-DEFAULT_REFUSE_SECONDS = 5.0
-DEFAULT_INTERVAL_SECONDS = 1.0
-#: Mesos's --min_allocatable_resources default, cpus:0.01|mem:32 (either suffices; MB): a
-#: declined leftover below it installs no refuse filter (nothing would be offered anyway).
-MIN_ALLOCATABLE = {"cpus": 0.01, "mem": 32.0}
-
-
-class Trigger(StrEnum):
-    """tick: freed resources wait for the next periodic run (Mesos). release: run at once."""
-
-    TICK = "tick"
-    RELEASE = "release"
 
 
 class EngineError(FairbrokerError):
@@ -114,27 +100,12 @@ class Engine:
     def __init__(
         self,
         resources: tuple[str, ...],
-        scheduler_name: str,
-        mode: Mode | str = Mode.CHARACTERIZED,
-        selection: Selection | str | None = None,
-        level: Level | str = Level.ROLE,
-        trigger: Trigger | str = Trigger.TICK,
-        ties: Ties | str = Ties.RANDOM,
-        seed: int = 0,
-        refuse_seconds: float = DEFAULT_REFUSE_SECONDS,
-        role_weights: dict[str, float] | None = None,
-        interval: float = DEFAULT_INTERVAL_SECONDS,
+        config: EngineConfig,
         min_allocatable: dict[str, float] | None = None,
     ) -> None:
         self.resources = tuple(resources)
-        self.configure(scheduler_name, mode, selection)
-        self.level = Level(level)
-        self.trigger = Trigger(trigger)
-        self.ties = Ties(ties)
-        self.rng = np.random.default_rng(seed)
-        self.refuse_seconds = refuse_seconds
-        self.interval = interval
-        self.role_weights = dict(role_weights or {})
+        self.apply(config)
+        self.rng = np.random.default_rng(config.seed)
         self.agents: dict[str, AgentRecord] = {}
         self.frameworks: dict[str, FrameworkRecord] = {}
         self.filters: dict[tuple[str, str], float] = {}  # (framework, agent) -> refused until
@@ -166,15 +137,26 @@ class Engine:
         self._min_allocatable = np.array([minimum.get(r, np.inf) for r in self.resources])
 
     # ---- configuration -----------------------------------------------------------------
+    def apply(self, config: EngineConfig) -> None:
+        """Decide with `config` from the next run on (at start, or at run time through the
+        broker's API); the random stream is the one seeded at start."""
+        self.config = config
+        self.scheduler = scheduler(config.scheduler)
+        self.mode = config.mode
+        self.selection = config.effective_selection
+        self.level = config.level
+        self.trigger = config.trigger
+        self.ties = config.ties
+        self.refuse_seconds = config.refuse_seconds
+        self.interval = config.interval
+        self.role_weights = dict(config.role_weights)
+        self._dirty = True
+
     def configure(
         self, scheduler_name: str, mode: Mode | str, selection: Selection | str | None = None
     ) -> None:
-        """Switch scheduler and mode (at start, or at run time through the broker's API)."""
-        chosen = scheduler(scheduler_name)
-        self.scheduler = chosen
-        self.mode = Mode(mode)
-        self.selection = Selection(selection or chosen.default_selection)
-        self._dirty = True
+        """Switch scheduler, mode and selection, keeping the rest of the configuration."""
+        self.apply(self.config.replace(scheduler=scheduler_name, mode=mode, selection=selection))
 
     # ---- events ------------------------------------------------------------------------
     def _vector(self, amounts: dict[str, float], what: str, positive: bool = True) -> np.ndarray:

@@ -17,11 +17,13 @@ from allocator.serve_config import ConfigError, ServeConfig
 
 
 def broker_options(config: ServeConfig) -> BrokerOptions:
+    if config.fuga_k is not None or config.fuga_lambda is not None:
+        from allocator.policy.fuga import Fuga
+
+        given = {"k": config.fuga_k, "lam": config.fuga_lambda}
+        Fuga.defaults = replace(Fuga.defaults, **{k: v for k, v in given.items() if v is not None})
     options = BrokerOptions(
-        scheduler=config.scheduler.lower(),
-        mode=config.mode.value,
-        selection=config.selection.value if config.selection else None,
-        ties=config.ties.value,
+        engine=config.engine_config(),
         host=config.host,
         http_port=config.port,
         grpc_port=config.grpc_port,
@@ -58,6 +60,7 @@ def mesos_backend(config: ServeConfig, options: BrokerOptions) -> Backend:
             framework_name=config.framework_name, user=config.task_user,
             hostname=config.hostname, webui_url=config.effective_webui_url, gpus=config.gpus,
             spark_home=config.spark_home, spark_uri=config.spark_uri, state_dir=config.state_dir,
+            refuse_seconds=config.refuse_seconds,
             executor_env=options.limits.executor_env,
         )
     )  # fmt: skip

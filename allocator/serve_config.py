@@ -16,10 +16,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from allocator.engine_config import EngineConfig, Trigger
 from allocator.errors import FairbrokerError, did_you_mean
+from allocator.mesos_defaults import ALLOCATION_INTERVAL_SECONDS, REFUSE_SECONDS
 from allocator.policy import SCHEDULERS, Selection, Ties
+from allocator.policy.levels import Level
 from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from allocator.scenario import read_yaml
 from allocator.state import Mode
@@ -28,7 +39,7 @@ ENV_PREFIX = "FAIRBROKER_"
 CONFIG_ENV = "FAIRBROKER_CONFIG"
 MASK = "********"
 _PATH_KEYS = ("state_dir", "cluster", "token_file", "secret_file")
-_LIST_KEYS = ("roles", "executor_env", "executor_python", "limits")
+_LIST_KEYS = ("roles", "executor_env", "executor_python", "limits", "role_weights")
 _MESOS_ONLY = (
     "master", "roles", "principal", "secret_file", "framework_name", "user", "allow_root",
     "hostname", "webui_url", "gpus", "spark_uri",
@@ -44,11 +55,19 @@ class ServeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # the allocation policy
+    # the allocation policy: allocator.engine_config.EngineConfig's fields
     scheduler: str = "rpsdsf"
     mode: Mode = Mode.CHARACTERIZED
     selection: Selection | None = None  # None: the scheduler's own
+    level: Level = Level.ROLE
+    trigger: Trigger = Trigger.TICK
     ties: Ties = Ties.RANDOM
+    seed: int = Field(0, ge=0)
+    interval: float = Field(ALLOCATION_INTERVAL_SECONDS, gt=0, allow_inf_nan=False)
+    refuse_seconds: float = Field(REFUSE_SECONDS, ge=0, allow_inf_nan=False)
+    role_weights: dict[str, float] = Field(default_factory=dict)  # group -> weight
+    fuga_k: int | None = Field(None, ge=1)  # FUGA's strategies per agent (default 3)
+    fuga_lambda: float | None = Field(None, ge=0, allow_inf_nan=False)  # (default 1)
     # where the broker listens and keeps its state
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_HTTP_PORT, ge=0, le=65535)
@@ -85,6 +104,22 @@ class ServeConfig(BaseModel):
     spark_home: str = "/opt/spark"
     spark_uri: str | None = None
 
+    @field_validator("role_weights", mode="before")
+    @classmethod
+    def _weights_from_strings(cls, value: Any) -> Any:
+        """GROUP=WEIGHT strings (flags, FAIRBROKER_ROLE_WEIGHTS=a=2,b=1) as a mapping."""
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v.strip()]
+        if isinstance(value, list | tuple):
+            out = {}
+            for item in value:
+                name, sep, weight = str(item).partition("=")
+                if not sep or not name.strip():
+                    raise ValueError(f"expected GROUP=WEIGHT, got {item!r}")
+                out[name.strip()] = weight.strip()
+            return out
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> ServeConfig:
         if self.scheduler.lower() not in SCHEDULERS:
@@ -109,6 +144,16 @@ class ServeConfig(BaseModel):
         return self
 
     # ---- derived values ------------------------------------------------------------------
+    def engine_config(self) -> EngineConfig:
+        """The engine's part, checked as the engine checks it (one line naming the key)."""
+        try:
+            return EngineConfig(
+                self.scheduler.lower(), self.mode, self.selection, self.level, self.trigger,
+                self.ties, self.seed, self.refuse_seconds, self.interval, self.role_weights,
+            )  # fmt: skip
+        except FairbrokerError as error:
+            raise ConfigError(str(error)) from None
+
     @property
     def teardown(self) -> bool:
         """Whether stopping the broker stops its executors (Mesos: tears the framework down)."""

@@ -35,6 +35,7 @@ import numpy as np
 import yaml
 
 from allocator.admission import AdmissionConfig, Policy
+from allocator.engine_config import EngineConfig
 from allocator.sim.batch import parse_batch
 from allocator.sim.simulator import BatchSimulator
 
@@ -105,7 +106,9 @@ def paper_batch(seed: int) -> dict:
 
 def per_class(batch: dict, policy: Policy, seed: int) -> dict[object, dict[str, float]]:
     result = BatchSimulator(
-        parse_batch(copy.deepcopy(batch)), SCHEDULER, seed=seed, admission=AdmissionConfig(policy)
+        parse_batch(copy.deepcopy(batch)),
+        EngineConfig(SCHEDULER, seed=seed),
+        admission=AdmissionConfig(policy),
     ).run()
     rows: dict[object, dict[str, float]] = {}
     classes = sorted({j.priority for j in result.jobs}, reverse=True)

@@ -22,6 +22,7 @@ from allocator.broker.limits import Limits
 from allocator.broker.proto import pb
 from allocator.broker.server import BrokerOptions, BrokerService
 from allocator.broker.store import Store
+from allocator.engine_config import EngineConfig
 from spark_shim.submit import spark_submit_command
 
 RESULTS = Path(__file__).parent / "results"
@@ -76,7 +77,7 @@ def overhead_per_grant(scheduler: str, agents: int, tenants: int, persist: bool)
         store = Store(Path(tmp) / "s.sqlite" if persist else None)
         # the whole fill in one run: this measures the overhead per grant, not the caps
         uncapped = Limits(max_launches_per_run=10**9, max_executors_per_tenant=10**9)
-        broker = Broker(NullBackend(infos), scheduler, store=store, limits=uncapped)
+        broker = Broker(NullBackend(infos), EngineConfig(scheduler), store=store, limits=uncapped)
         broker.start(loop=False)
         for t in range(tenants):
             c, m = float(rng.choice([1, 2, 4])), float(rng.choice([1024, 2048, 4096]))
@@ -112,7 +113,12 @@ def registration_times(executors: int, rounds: int) -> dict:
     """Grant -> 'Successfully registered with driver', for executors started together."""
     samples: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        options = BrokerOptions(http_port=0, grpc_port=0, state_dir=Path(tmp), tick_seconds=0.5)
+        options = BrokerOptions(
+            engine=EngineConfig("rpsdsf", interval=0.5),
+            http_port=0,
+            grpc_port=0,
+            state_dir=Path(tmp),
+        )
         with BrokerService(options) as service:
             for _ in range(rounds):
                 plan = spark_submit_command(

@@ -31,6 +31,8 @@ from typing import Any
 import click
 import yaml
 
+from allocator.engine_config import EngineConfig
+
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"
 SCENARIOS = ROOT / "scenarios"
@@ -58,7 +60,7 @@ def bench_batch() -> dict[str, Any]:
 
     batch = load_batch(SCENARIOS / "paper-batch.yaml")
     started = time.perf_counter()
-    result = BatchSimulator(batch, "rpsdsf").run()
+    result = BatchSimulator(batch, EngineConfig("rpsdsf")).run()
     wall = time.perf_counter() - started
     return {
         "scenario": "paper-batch",
@@ -102,7 +104,8 @@ def _trace_row(result, load_s: float) -> dict[str, Any]:
 
 
 def bench_trace(path: Path, schedulers: list[str], hours: float | None) -> list[dict[str, Any]]:
-    from allocator.sim.trace import load_trace, run_trace
+    from allocator.sim.trace import load_trace
+    from allocator.sim.trace_sim import run_trace
 
     rows = []
     for spec in schedulers:
@@ -112,7 +115,7 @@ def bench_trace(path: Path, schedulers: list[str], hours: float | None) -> list[
         load_s = time.perf_counter() - started
         click.echo(f"  {path.name}: {spec} ...", err=True)
         horizon = hours * 3600 if hours else None
-        result = run_trace(workload, name, selection=selection, horizon_s=horizon)
+        result = run_trace(workload, EngineConfig(name, selection=selection), horizon_s=horizon)
         rows.append(_trace_row(result, load_s))
         click.echo(f"    {rows[-1]['wall_s']:.1f} s wall", err=True)
     return rows
@@ -120,7 +123,8 @@ def bench_trace(path: Path, schedulers: list[str], hours: float | None) -> list[
 
 def bench_table2(agents: int, slots: list[int], schedulers: list[str]) -> list[dict[str, Any]]:
     """Paper 001 Table II on a smaller Google-like instance (same 24 h workload shape)."""
-    from allocator.sim.trace import parse_trace, run_trace
+    from allocator.sim.trace import parse_trace
+    from allocator.sim.trace_sim import run_trace
 
     data = yaml.safe_load((SCENARIOS / "google-24h.yaml").read_text())
     data["cluster"]["google"]["agents"] = agents
@@ -130,21 +134,22 @@ def bench_table2(agents: int, slots: list[int], schedulers: list[str]) -> list[d
     for spec in schedulers:
         name, selection = _scheduler(spec)
         click.echo(f"  table II, {agents} agents: {spec} ...", err=True)
-        rows.append(_trace_row(run_trace(workload, name, selection=selection), 0.0))
+        rows.append(_trace_row(run_trace(workload, EngineConfig(name, selection=selection)), 0.0))
     for k in slots:
         click.echo(f"  table II, {agents} agents: slots k={k} ...", err=True)
-        rows.append(_trace_row(run_trace(workload, "slots", slots_per_server=k), 0.0))
+        rows.append(_trace_row(run_trace(workload, EngineConfig("slots"), slots_per_server=k), 0.0))
     return rows
 
 
 def profile_trace(path: Path, spec: str, hours: float, top: int = 20) -> dict[str, Any]:
-    from allocator.sim.trace import load_trace, run_trace
+    from allocator.sim.trace import load_trace
+    from allocator.sim.trace_sim import run_trace
 
     name, selection = _scheduler(spec)
     workload = load_trace(path)
     profiler = cProfile.Profile()
     profiler.enable()
-    result = run_trace(workload, name, selection=selection, horizon_s=hours * 3600)
+    result = run_trace(workload, EngineConfig(name, selection=selection), horizon_s=hours * 3600)
     profiler.disable()
     stats = pstats.Stats(profiler, stream=io.StringIO())
     total = stats.total_tt  # type: ignore[attr-defined]

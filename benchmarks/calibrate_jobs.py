@@ -25,6 +25,7 @@ from pathlib import Path
 from allocator.backends.cluster_file import agent_infos
 from allocator.batch.apps import prepare_apps
 from allocator.broker.server import BrokerOptions, BrokerService
+from allocator.engine_config import EngineConfig
 from allocator.sim.batch import load_batch
 from spark_shim.submit import spark_submit_command
 
@@ -112,9 +113,12 @@ def main() -> None:
         workdir = Path(tmp)
         apps = prepare_apps(spec, workdir)
         options = BrokerOptions(
-            http_port=0, grpc_port=0, state_dir=workdir / "broker",
-            agents=agent_infos(spec.agents), tick_seconds=1.0,
-        )  # fmt: skip
+            engine=EngineConfig("rpsdsf", interval=1.0),
+            http_port=0,
+            grpc_port=0,
+            state_dir=workdir / "broker",
+            agents=agent_infos(spec.agents),
+        )
         with BrokerService(options) as service:
             for group in spec.groups:
                 runs = [

@@ -23,13 +23,14 @@ from pathlib import Path
 import click
 import numpy as np
 
+from allocator.engine_config import EngineConfig
 from allocator.filling import progressive_fill
 from allocator.policy import scheduler
 from allocator.policy.base import max_ratio
 from allocator.policy.fuga import Fuga, FugaParams
 from allocator.sim.batch import load_batch
 from allocator.sim.simulator import BatchSimulator
-from allocator.sim.trace import run_trace
+from allocator.sim.trace_sim import run_trace
 from allocator.state import AllocationState
 from allocator.workloads import google_like_cluster
 
@@ -59,7 +60,10 @@ def batch_section(seeds: int) -> list[str]:
     ]
     for mode in MODES:
         for name in COMPARED:
-            runs = [BatchSimulator(batch, name, mode, seed=s).run().to_json() for s in range(seeds)]
+            runs = [
+                BatchSimulator(batch, EngineConfig(name, mode=mode, seed=s)).run().to_json()
+                for s in range(seeds)
+            ]
             lines.append(
                 f"| {name} | {mode} | {_mean([r['makespan_s'] for r in runs])} | "
                 f"{_mean([r['allocated']['cpus'] for r in runs])} | "
@@ -132,7 +136,7 @@ def trace_section() -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for name in COMPARED:
-        result = run_trace(dict(TRACE), name).to_json()
+        result = run_trace(dict(TRACE), EngineConfig(name)).to_json()
         lines.append(
             f"| {name} | {result['allocated']['cpus']:.3f} | {result['allocated']['mem']:.3f} | "
             f"{result['fairness']:.3f} | {result['tasks']['completed']} | {result['grants']} |"

@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 import yaml
 
+from allocator.engine_config import EngineConfig
 from allocator.policy import PAPER_SCHEDULERS as SCHEDULERS
 from allocator.sim.batch import parse_batch
 from allocator.sim.bound import makespan_bound
@@ -82,7 +83,7 @@ def simulate(
         for mode in modes:
             runs = []
             for seed in range(seeds):
-                result = BatchSimulator(spec, name, mode, seed=seed).run()
+                result = BatchSimulator(spec, EngineConfig(name, mode=mode, seed=seed)).run()
                 ends: dict[str, float] = {}
                 for job in result.jobs:
                     ends[job.group] = max(ends.get(job.group, 0.0), job.finished)

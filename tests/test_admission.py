@@ -26,6 +26,7 @@ from allocator.admission import (
     wfq_sizes,
 )
 from allocator.batch import run_live_batch
+from allocator.engine_config import EngineConfig
 from allocator.errors import ScenarioError
 from allocator.sim.batch import parse_batch
 from allocator.sim.simulator import BatchSimulator
@@ -152,7 +153,7 @@ BATCH = {
 
 def start_order(batch: dict, policy: str | None) -> list[str]:
     config = AdmissionConfig(Policy(policy)) if policy else None
-    result = BatchSimulator(parse_batch(batch), "drf", admission=config).run()
+    result = BatchSimulator(parse_batch(batch), EngineConfig("drf"), admission=config).run()
     return [j.name for j in sorted(result.jobs, key=lambda j: (j.started, j.name))]
 
 
@@ -169,7 +170,8 @@ def test_simulator_admits_in_policy_order():
 
 
 def test_simulated_turnaround_counts_from_arrival():
-    result = BatchSimulator(parse_batch(BATCH), "drf", admission=AdmissionConfig(Policy.FCFS)).run()
+    fcfs = AdmissionConfig(Policy.FCFS)
+    result = BatchSimulator(parse_batch(BATCH), EngineConfig("drf"), admission=fcfs).run()
     jobs = {j.name: j for j in result.jobs}
     late = jobs["g-q0-j3"]  # arrives at 5, starts after j0 (40 s), j1 (30) and j2 (20)
     assert late.submitted == 5 and late.started >= 90

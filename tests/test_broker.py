@@ -17,6 +17,7 @@ from allocator.broker.core import ApiError, Broker
 from allocator.broker.proto import pb
 from allocator.broker.server import BrokerOptions, BrokerService
 from allocator.broker.store import Store
+from allocator.engine_config import EngineConfig
 
 # Paper 002's three server types at half memory (the embedded cluster's default).
 AGENTS = [
@@ -110,7 +111,7 @@ def used(backend: RecordingBackend) -> dict[str, dict[str, float]]:
 @pytest.fixture
 def broker():
     backend = RecordingBackend()
-    broker = Broker(backend, "rpsdsf", "characterized")
+    broker = Broker(backend, EngineConfig("rpsdsf", mode="characterized"))
     broker.start(loop=False)
     yield broker
     broker.stop()
@@ -181,7 +182,7 @@ def test_repeated_failures_before_registering_rest_the_tenant_on_that_agent(brok
 
 def test_lease_expiry_reclaims_a_silent_tenant() -> None:
     backend = RecordingBackend()
-    broker = Broker(backend, "drf", "characterized", lease_seconds=0.2)
+    broker = Broker(backend, EngineConfig("drf", mode="characterized"), lease_seconds=0.2)
     broker.start(loop=False)
     broker.register(request("gone", PI, target=3))
     broker.register(request("alive", WORDCOUNT, target=1))
@@ -203,7 +204,8 @@ def test_lease_expiry_reclaims_a_silent_tenant() -> None:
 
 def test_restart_readopts_running_executors_without_double_counting(tmp_path: Path) -> None:
     alive: set[tuple[str, str]] = set()
-    first = Broker(RecordingBackend(alive=alive), "drf", store=Store(tmp_path / "s.sqlite"))
+    store = Store(tmp_path / "s.sqlite")
+    first = Broker(RecordingBackend(alive=alive), EngineConfig("drf"), store=store)
     first.start(loop=False)
     first.register(request("pi", PI, target=3))
     first.allocate_once()
@@ -212,7 +214,7 @@ def test_restart_readopts_running_executors_without_double_counting(tmp_path: Pa
     first.stop(kill_executors=False)
 
     backend = RecordingBackend(alive=alive)
-    second = Broker(backend, "drf", store=Store(tmp_path / "s.sqlite"))
+    second = Broker(backend, EngineConfig("drf"), store=Store(tmp_path / "s.sqlite"))
     second.start(loop=False)
     assert second.engine.tasks_of("pi") == 2  # the two survivors, counted once
     assert set(second.tenants["pi"].executors) == {"2", "3"}
@@ -277,8 +279,8 @@ def test_oblivious_tenant_takes_whole_agent_remainders(broker: Broker) -> None:
 @pytest.fixture
 def service(tmp_path: Path):
     options = BrokerOptions(
-        http_port=0, grpc_port=0, state_dir=tmp_path, token="s3cret", agents=AGENTS,
-        tick_seconds=0.05,
+        engine=EngineConfig("rpsdsf", interval=0.05), http_port=0, grpc_port=0,
+        state_dir=tmp_path, token="s3cret", agents=AGENTS,
     )  # fmt: skip
     with BrokerService(options, backend=RecordingBackend()) as running:
         yield running
@@ -365,7 +367,7 @@ def test_grpc_errors_name_the_problem(service) -> None:
 def test_agents_come_and_go_with_the_backend() -> None:
     """A Mesos-like backend: agents appear with offers, capacity follows them, agents die."""
     backend = RecordingBackend(agents=[AGENTS[1]])  # the CPU-rich t2 only
-    broker = Broker(backend, "drf", "characterized")
+    broker = Broker(backend, EngineConfig("drf", mode="characterized"))
     broker.start(loop=False)
     broker.register(request("pi", PI, target=6))
     assert broker.allocate_once() == 4  # 8 cpus / 2 per executor

@@ -7,13 +7,14 @@ import pytest
 from conftest import make_cluster
 
 from allocator.engine import Engine, EngineError
+from allocator.engine_config import EngineConfig
 from allocator.filling import progressive_fill
 from allocator.policy import scheduler
 from allocator.state import AllocationState
 
 
 def engine(name: str = "drf", **kwargs) -> Engine:
-    return Engine(("cpus", "mem"), name, **kwargs)
+    return Engine(("cpus", "mem"), EngineConfig(name, **kwargs))
 
 
 def held(e: Engine) -> dict[str, int]:

@@ -10,13 +10,15 @@ import numpy as np
 from conftest import make_cluster
 
 from allocator.engine import Engine
+from allocator.engine_config import EngineConfig
 from allocator.filling import progressive_fill
 from allocator.policy import scheduler
 from allocator.state import AllocationState
 
 
 def oblivious(**kwargs) -> Engine:
-    return Engine(("cpus", "mem"), "drf", mode="oblivious", level="framework", **kwargs)
+    config = EngineConfig.flat("drf", mode="oblivious", trigger="tick", **kwargs)
+    return Engine(("cpus", "mem"), config)
 
 
 def test_a_leftover_below_the_minimum_sets_no_filter():
@@ -91,7 +93,7 @@ def test_the_old_filter_would_have_hidden_the_agent_until_it_expired():
 def offered_then(seed: int) -> list[tuple[str, str]]:
     """g holds 3 x (1.5, 1.5) on c; f (demand (4, 4)) is new; a (5, 5) and b (10, 10) free.
     DRF over totals (19.5, 19.5): f 0, g 4.5."""
-    e = Engine(("cpus", "mem"), "drf", mode="oblivious", level="framework", seed=seed)
+    e = Engine(("cpus", "mem"), EngineConfig("drf", mode="oblivious", level="framework", seed=seed))
     e.add_agent("c", {"cpus": 4.5, "mem": 4.5})
     e.register("g", {"cpus": 1.5, "mem": 1.5}, target=3)
     assert [g.tasks for g in e.allocate(0.0)] == [3]
@@ -130,7 +132,7 @@ def test_online_rrr_fills_each_agent_before_the_next():
     agent, in the order of one shuffle, and match a static fill with the same pass."""
     capacity, demand = [[100, 30], [30, 100]], [[5, 1], [1, 5]]
     for seed in range(4):
-        e = Engine(("cpus", "mem"), "psdsf", level="framework", seed=seed)
+        e = Engine(("cpus", "mem"), EngineConfig("psdsf", level="framework", seed=seed))
         for i, c in enumerate(capacity):
             e.add_agent(f"s{i + 1}", {"cpus": c[0], "mem": c[1]})
         for n, d in enumerate(demand):

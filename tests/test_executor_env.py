@@ -23,6 +23,7 @@ from allocator.backends.executor import (
 from allocator.backends.local import LocalCluster
 from allocator.backends.mesos import MesosBackend, MesosOptions
 from allocator.broker.core import ApiError, Broker
+from allocator.engine_config import EngineConfig
 
 MODULE_FLAGS = "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED -Dspark.x=1 -XX:+UseG1GC"
 
@@ -58,7 +59,7 @@ def spec(environment: dict[str, str], executor_id: str = "1") -> LaunchSpec:
 
 @pytest.mark.parametrize("index", range(len(HOSTILE)))
 def test_register_refuses_each_variable_naming_it(index: int, tmp_path: Path) -> None:
-    broker = Broker(RecordingBackend(), "drf")
+    broker = Broker(RecordingBackend(), EngineConfig("drf"))
     broker.start(loop=False)
     bad = request("t", PI)
     env = hostile(index, tmp_path / "ran")

@@ -17,6 +17,7 @@ from test_broker import AGENTS, RecordingBackend
 from allocator.broker.asgi import HttpLimits
 from allocator.broker.client import BrokerCallError, BrokerClient
 from allocator.broker.server import BrokerOptions, BrokerService, _loopback
+from allocator.engine_config import EngineConfig
 
 TOKEN = "s3cret"
 
@@ -33,9 +34,16 @@ def register_body(tenant: str) -> bytes:
 def service(tmp_path: Path):
     limits = HttpLimits(header_timeout=1.0, body_timeout=1.0, keep_alive_timeout=1)
     options = BrokerOptions(
-        http_port=0, grpc_port=0, state_dir=tmp_path, token=TOKEN, agents=AGENTS,
-        tick_seconds=0.05, http_limits=limits, metrics_port=0, metrics_token=True,
-    )  # fmt: skip
+        engine=EngineConfig("rpsdsf", interval=0.05),
+        http_port=0,
+        grpc_port=0,
+        state_dir=tmp_path,
+        token=TOKEN,
+        agents=AGENTS,
+        http_limits=limits,
+        metrics_port=0,
+        metrics_token=True,
+    )
     with BrokerService(options, backend=RecordingBackend()) as running:
         yield running
 
@@ -126,7 +134,7 @@ def test_a_slowloris_head_is_cut_off(service) -> None:
 def test_a_slow_body_gets_408(service) -> None:
     head = (
         b"POST /v1/Heartbeat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Authorization: Bearer s3cret\r\nContent-Length: 100\r\n\r\n{\"tenantId\""
+        b'Authorization: Bearer s3cret\r\nContent-Length: 100\r\n\r\n{"tenantId"'
     )
     answer = raw(service, head)
     assert answer.startswith(b"HTTP/1.1 408")
@@ -149,9 +157,10 @@ def test_framing_is_strict(service) -> None:
         b"Authorization: Bearer s3cret\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
     )
     body = register_body("chunky")
-    chunked += b"".join(
-        b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:40], body[40:])
-    ) + b"0\r\n\r\n"
+    chunked += (
+        b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:40], body[40:]))
+        + b"0\r\n\r\n"
+    )
     assert raw(service, chunked).startswith(b"HTTP/1.1 200")
     assert "chunky" in service.broker.tenants
 

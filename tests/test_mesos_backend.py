@@ -13,6 +13,7 @@ import pytest
 from allocator.backends.mesos import MesosBackend, MesosOptions
 from allocator.broker.core import Broker
 from allocator.broker.proto import pb
+from allocator.engine_config import EngineConfig
 
 
 class RecordingDriver:
@@ -65,7 +66,7 @@ def setup(tmp_path: Path):
         MesosOptions(master="127.0.0.1:5050", state_dir=tmp_path, spark_home="/opt/spark"),
         driver_factory=lambda scheduler, framework, options: driver,
     )
-    broker = Broker(backend, "bfdrf")
+    broker = Broker(backend, EngineConfig("bfdrf"))
     broker.start(loop=False)
     backend.registered(driver, {"value": "fw-1"}, {})
     yield broker, backend, driver
@@ -206,7 +207,7 @@ def test_each_role_is_its_own_pool(tmp_path: Path) -> None:
         MesosOptions(master="m:5050", roles=("pi", "wc"), state_dir=tmp_path),
         driver_factory=lambda *_: driver,
     )
-    broker = Broker(backend, "drf")
+    broker = Broker(backend, EngineConfig("drf"))
     broker.start(loop=False)
     backend.registered(driver, {"value": "fw-2"}, {})
     backend.resourceOffers(driver, [offer("o1", "a1", "h1", 4, 4096, role="wc")])
@@ -227,7 +228,7 @@ def test_a_restarted_broker_readopts_mesos_tasks_and_resubscribes(tmp_path: Path
         backend = MesosBackend(
             MesosOptions(master="m:5050", state_dir=tmp_path), driver_factory=lambda *_: driver
         )
-        broker = Broker(backend, "drf", store=Store(tmp_path / "s.sqlite"))
+        broker = Broker(backend, EngineConfig("drf"), store=Store(tmp_path / "s.sqlite"))
         broker.start(loop=False)
         return broker
 
@@ -262,7 +263,7 @@ def test_a_spark_uri_is_fetched_into_the_sandbox(tmp_path: Path) -> None:
         MesosOptions(master="m:5050", spark_uri=uri, state_dir=tmp_path),
         driver_factory=lambda *_: driver,
     )
-    broker = Broker(backend, "drf")
+    broker = Broker(backend, EngineConfig("drf"))
     broker.start(loop=False)
     backend.registered(driver, {"value": "fw-1"}, {})
     broker.register(tenant("pi", 2, 1024, target=1))
@@ -285,7 +286,7 @@ def test_a_silent_master_is_reconnected(tmp_path: Path) -> None:
         MesosOptions(master="m:5050", state_dir=tmp_path, heartbeat_timeout=0.4),
         driver_factory=factory,
     )
-    broker = Broker(backend, "drf")
+    broker = Broker(backend, EngineConfig("drf"))
     broker.start(loop=False)
     deadline = time.monotonic() + 5
     while len(drivers) < 2 and time.monotonic() < deadline:
@@ -301,7 +302,7 @@ def test_heartbeats_keep_the_connection(tmp_path: Path) -> None:
         MesosOptions(master="m:5050", state_dir=tmp_path, heartbeat_timeout=0.6),
         driver_factory=lambda *_: drivers.append(RecordingDriver()) or drivers[-1],
     )
-    broker = Broker(backend, "drf")
+    broker = Broker(backend, EngineConfig("drf"))
     broker.start(loop=False)
     for _ in range(20):
         backend.processHeartBeat(drivers[0])
@@ -337,7 +338,7 @@ def test_calls_wait_for_subscribed_and_suppression_follows_each_subscription(
     backend = MesosBackend(
         MesosOptions(master="m:5050", state_dir=tmp_path), driver_factory=lambda *_: driver
     )
-    broker = Broker(backend, "drf")
+    broker = Broker(backend, EngineConfig("drf"))
     broker.start(loop=False)
     broker.allocate_once()  # idle, but not subscribed yet: nothing sent
     assert driver.named("suppressOffers") == []

@@ -25,6 +25,7 @@ from allocator.backends.local import spark_home
 from allocator.backends.mesos import MesosBackend, MesosOptions
 from allocator.backends.mesos_link import MesosLink
 from allocator.broker.server import BrokerOptions, BrokerService
+from allocator.engine_config import EngineConfig
 from allocator.serve_config import ServeConfig
 from allocator.teardown import teardown_framework
 
@@ -122,8 +123,13 @@ def _gauges(service: BrokerService) -> dict[str, float]:
 def test_health_metrics_and_status_follow_the_master(tmp_path: Path) -> None:
     master = MesosMaster(AGENTS, allocation_interval=0.3, heartbeat_interval=1.0,
                          work_dir=tmp_path / "mesos").start()  # fmt: skip
-    options = BrokerOptions(http_port=0, grpc_port=0, metrics_port=0, state_dir=tmp_path / "b",
-                            tick_seconds=0.5)  # fmt: skip
+    options = BrokerOptions(
+        engine=EngineConfig("rpsdsf", interval=0.5),
+        http_port=0,
+        grpc_port=0,
+        metrics_port=0,
+        state_dir=tmp_path / "b",
+    )
     service = BrokerService(options, backend=_backend(tmp_path / "b", master.address))
     try:
         service.start()
@@ -137,6 +143,7 @@ def test_health_metrics_and_status_follow_the_master(tmp_path: Path) -> None:
         assert gauges["fairbroker_mesos_connected"] == 1.0
         wait_for(lambda: time.time() - _gauges(service)[
             "fairbroker_mesos_last_event_timestamp_seconds"] < 3, 10, "a heartbeat")  # fmt: skip
+
         # no tenant: the offer is declined, so the broker holds nothing of the agent, and
         # status and metrics show its last offered total instead of 0/0
         def agent():
@@ -186,7 +193,12 @@ def test_health_metrics_and_status_follow_the_master(tmp_path: Path) -> None:
 
 @contextlib.contextmanager
 def _running_broker(tmp_path: Path, master: MesosMaster):
-    options = BrokerOptions(http_port=0, grpc_port=0, state_dir=tmp_path / "b", tick_seconds=0.5)
+    options = BrokerOptions(
+        engine=EngineConfig("rpsdsf", interval=0.5),
+        http_port=0,
+        grpc_port=0,
+        state_dir=tmp_path / "b",
+    )
     service = BrokerService(options, backend=_backend(tmp_path / "b", master.address)).start()
     wait_for(lambda: service.broker.backend.link.state().connected, 30, "subscription")
     yield service
@@ -225,9 +237,7 @@ def test_stop_fails_over_by_default_and_teardown_removes_the_framework(tmp_path:
             assert second != framework_id
             service.stop(kill_executors=True)
         assert len(master.calls("TEARDOWN")) == 2 and not id_file.exists()
-        assert {f.id: f.removed for f in master.frameworks()} == {
-            framework_id: True, second: True
-        }
+        assert {f.id: f.removed for f in master.frameworks()} == {framework_id: True, second: True}
 
 
 def test_framework_settings_reach_the_framework_info(tmp_path: Path) -> None:

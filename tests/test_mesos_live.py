@@ -18,6 +18,7 @@ from allocator.backends.local import spark_home
 from allocator.backends.mesos import MesosBackend, MesosOptions
 from allocator.broker.proto import pb
 from allocator.broker.server import BrokerOptions, BrokerService
+from allocator.engine_config import EngineConfig
 from allocator.policy import PAPER_SCHEDULERS
 
 PI_CONF = {
@@ -39,7 +40,11 @@ def mesos_broker(tmp_path: Path, master: MesosMaster, **kw):
         )
     )
     options = BrokerOptions(
-        http_port=0, grpc_port=0, state_dir=tmp_path / "broker", tick_seconds=0.5, **kw
+        engine=EngineConfig("rpsdsf", interval=0.5),
+        http_port=0,
+        grpc_port=0,
+        state_dir=tmp_path / "broker",
+        **kw,
     )
     with BrokerService(options, backend=backend) as service:
         yield service

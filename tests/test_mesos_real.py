@@ -21,6 +21,7 @@ from spark_support import HOSTS_JOB, Driver, executor_processes, wait_for
 from test_mesos_live import PI_CONF, mesos_broker
 
 from allocator.backends.cluster_file import load_cluster_file
+from allocator.engine_config import EngineConfig
 
 pytestmark = pytest.mark.skipif(mesos_home() is None, reason=SKIP_REASON)
 
@@ -94,10 +95,16 @@ def broker_on(tmp_path: Path, mesos: RealMesos, **options):
         master=mesos.address, state_dir=tmp_path / "broker",
         **{k: v for k, v in options.items() if k in mesos_keys},
     ))  # fmt: skip
-    return BrokerService(BrokerOptions(
-        http_port=0, grpc_port=0, state_dir=tmp_path / "broker", tick_seconds=0.3,
-        **{k: v for k, v in options.items() if k not in mesos_keys},
-    ), backend=backend)  # fmt: skip
+    return BrokerService(
+        BrokerOptions(
+            engine=EngineConfig("rpsdsf", interval=0.3),
+            http_port=0,
+            grpc_port=0,
+            state_dir=tmp_path / "broker",
+            **{k: v for k, v in options.items() if k not in mesos_keys},
+        ),
+        backend=backend,
+    )
 
 
 def register(service, name: str, cpus: float, mem: float, target: int, group: str = "*"):

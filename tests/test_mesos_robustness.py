@@ -12,6 +12,7 @@ from test_mesos_backend import RecordingDriver, launched, offer, tenant
 
 from allocator.backends.mesos import MesosBackend, MesosOptions
 from allocator.broker.core import Broker
+from allocator.engine_config import EngineConfig
 from allocator.errors import FairbrokerError
 
 
@@ -42,7 +43,7 @@ def make(tmp_path: Path, roles=("*",), driver=None):
         MesosOptions(master="127.0.0.1:5050", state_dir=tmp_path, roles=roles),
         driver_factory=lambda *_: driver,
     )
-    broker = Broker(backend, "drf")
+    broker = Broker(backend, EngineConfig("drf"))
     broker.start(loop=False)
     backend.registered(driver, {"value": "fw-1"}, {})
     return broker, backend, driver

@@ -32,6 +32,7 @@ from test_mesos_backend import RecordingDriver, offer, tenant
 
 from allocator.backends.mesos import MesosBackend, MesosOptions
 from allocator.broker.core import Broker
+from allocator.engine_config import EngineConfig
 
 FACTS: dict[str, Any] = json.loads(
     (Path(__file__).parent / "data" / "mesos_v1_fields.json").read_text()
@@ -281,7 +282,7 @@ def test_the_backend_hands_the_driver_proto_shaped_messages(case: str, tmp_path:
         driver_factory=lambda *_: driver,
     )
     assert wire_errors(backend._framework_info(), "FrameworkInfo") == []
-    broker = Broker(backend, "drf")
+    broker = Broker(backend, EngineConfig("drf"))
     broker.start(loop=False)
     try:
         backend.registered(driver, {"value": "fw-1"}, {})
@@ -347,7 +348,7 @@ def live_broker(tmp_path: Path, master: MesosMaster) -> Iterator[Broker]:
         master=master.address, spark_home=str(spark), state_dir=tmp_path / "broker",
         failover_timeout=0.0,
     ))  # fmt: skip
-    broker = Broker(backend, "drf", tick_seconds=0.2)
+    broker = Broker(backend, EngineConfig("drf", interval=0.2))
     broker.start()
     try:
         yield broker

@@ -29,6 +29,7 @@ from allocator.broker.client import BrokerCallError, BrokerClient
 from allocator.broker.core import Broker
 from allocator.broker.server import DEFAULT_METRICS_PORT, BrokerOptions, BrokerService
 from allocator.cli_live import serve
+from allocator.engine_config import EngineConfig
 from allocator.metrics import SPECS, BrokerMetrics, engine_reading
 from allocator.metrics_defs import jain, task_shares
 from allocator.sim.batch import BatchSpec, parse_batch
@@ -50,7 +51,7 @@ def placed():
     """wc (group etl) pinned to a1 wants 5 and gets the 4 that fit; pi (group ml, weight 2)
     pinned to a2 gets its 3. Cluster: 12 cpus, 12288 MiB."""
     backend = RecordingBackend(AGENTS)
-    broker = Broker(backend, "rpsdsf", "characterized")
+    broker = Broker(backend, EngineConfig("rpsdsf", mode="characterized"))
     metrics = BrokerMetrics.of_broker(broker)
     broker.start(loop=False)
     broker.register(request("wc", WC, target=5, group="etl", constraints={"type": "a1"}))
@@ -153,7 +154,7 @@ def test_info_metric_follows_configure(placed) -> None:
     broker, m = placed
     labels = {"scheduler": "rpsdsf", "mode": "characterized", "selection": "rrr"}
     assert value(m, "fairbroker_scheduler_info", **labels, backend="recording") == 1
-    broker.configure("drf", "oblivious")
+    broker.configure(scheduler="drf", mode="oblivious")
     assert value(m, "fairbroker_scheduler_info", **labels, backend="recording") is None
     labels = {"scheduler": "drf", "mode": "oblivious", "selection": "rrr"}
     assert value(m, "fairbroker_scheduler_info", **labels, backend="recording") == 1
@@ -273,7 +274,7 @@ def small_batch() -> BatchSpec:
 def test_the_simulator_series_equals_the_exported_values() -> None:
     """At every step, the series the simulator records (from the engine's group totals)
     equals what a scrape of the same engine reports (from its Allocation message)."""
-    sim = BatchSimulator(small_batch(), "rpsdsf")
+    sim = BatchSimulator(small_batch(), EngineConfig("rpsdsf"))
     metrics = BrokerMetrics(partial(engine_reading, sim.engine))
     busy: list[float] = []
     fairness_checked = []
@@ -313,7 +314,7 @@ def test_a_live_batch_series_equals_the_exported_values(placed) -> None:
 
 
 def test_series_csv_holds_every_recorded_sample(tmp_path: Path) -> None:
-    result = BatchSimulator(small_batch(), "drf").run()
+    result = BatchSimulator(small_batch(), EngineConfig("drf")).run()
     write_series_csv(tmp_path / "series.csv", result.series)
     with open(tmp_path / "series.csv") as handle:
         rows = list(csv.DictReader(handle))

@@ -24,6 +24,7 @@ from allocator.broker.core import Broker
 from allocator.broker.faults import FAULT_ENV
 from allocator.broker.limits import Limits
 from allocator.broker.store import Store
+from allocator.engine_config import EngineConfig
 
 CHILD = """
 import json, sys
@@ -33,11 +34,12 @@ from allocator.backends.local import LocalCluster
 from allocator.broker.core import Broker
 from allocator.broker.proto import pb
 from allocator.broker.store import Store
+from allocator.engine_config import EngineConfig
 from google.protobuf import json_format
 state, home = Path(sys.argv[1]), Path(sys.argv[2])
 agents, req = json.loads(sys.argv[3]), sys.argv[4]
 cluster = LocalCluster([AgentInfo(**a) for a in agents], state / "agents", home)
-broker = Broker(cluster, "drf", store=Store(state / "broker.sqlite"))
+broker = Broker(cluster, EngineConfig("drf"), store=Store(state / "broker.sqlite"))
 broker.start(loop=False)
 broker.register(json_format.Parse(req, pb.RegisterRequest()))
 broker.allocate_once()
@@ -98,7 +100,9 @@ def crash_at(fault: str, state: Path, home: Path) -> None:
 
 def restart(state: Path, home: Path, limits: Limits | None = None) -> Broker:
     cluster = LocalCluster(AGENTS, state / "agents", home)
-    broker = Broker(cluster, "drf", store=Store(state / "broker.sqlite"), limits=limits)
+    broker = Broker(
+        cluster, EngineConfig("drf"), store=Store(state / "broker.sqlite"), limits=limits
+    )
     broker.start(loop=False)
     return broker
 
@@ -160,7 +164,7 @@ def test_executors_on_an_agent_that_left_the_cluster_file_are_stopped(
     store.close()
     remaining = [a for a in AGENTS if a.name != spec.agent]
     cluster = LocalCluster(remaining, state / "agents", fake_spark)
-    broker = Broker(cluster, "drf", store=Store(state / "broker.sqlite"))
+    broker = Broker(cluster, EngineConfig("drf"), store=Store(state / "broker.sqlite"))
     broker.start(loop=False)
     try:
         wait_until(lambda: not marked_pids(state / "agents"))
@@ -187,7 +191,7 @@ def test_unmarked_record_free_processes_are_killed_at_start(tmp_path, fake_spark
 
 def test_capacity_returns_only_when_the_process_has_exited() -> None:
     backend = RecordingBackend(agents=[AGENTS[1]])  # t2: 8 cpus
-    broker = Broker(backend, "drf")
+    broker = Broker(backend, EngineConfig("drf"))
     broker.start(loop=False)
     broker.register(request("a", PI, target=4))
     assert broker.allocate_once() == 4
@@ -211,7 +215,7 @@ def test_a_backend_reporting_exits_from_inside_kill() -> None:
                         (tenant_id, executor_id))  # fmt: skip
             self.report(spec, ExecutorState.KILLED)
 
-    broker = Broker(Synchronous(), "drf")
+    broker = Broker(Synchronous(), EngineConfig("drf"))
     broker.start(loop=False)
     broker.register(request("pi", PI, target=3))
     assert broker.allocate_once() == 3
@@ -232,7 +236,7 @@ def test_crash_loop_backs_off_exponentially_and_resets_after_a_healthy_run(monke
     clock = Clock()
     monkeypatch.setattr(core.time, "monotonic", clock)
     backend = RecordingBackend(agents=[AGENTS[1]])
-    broker = Broker(backend, "drf")
+    broker = Broker(backend, EngineConfig("drf"))
     broker.start(loop=False)
     broker.register(request("pi", PI, target=1))
 
@@ -272,7 +276,7 @@ def test_mesos_task_failed_soon_after_running_rests_the_tenant_on_that_agent(tmp
         MesosOptions(master="127.0.0.1:5050", state_dir=tmp_path),
         driver_factory=lambda *_: driver,
     )
-    broker = Broker(backend, "drf")
+    broker = Broker(backend, EngineConfig("drf"))
     broker.start(loop=False)
     backend.registered(driver, {"value": "fw-1"}, {})
     broker.register(tenant("pi", 2, 1024, target=1))

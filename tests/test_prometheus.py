@@ -24,6 +24,7 @@ from test_broker import PI, WORDCOUNT, RecordingBackend, request
 from allocator.broker.client import BrokerClient
 from allocator.broker.proto import pb
 from allocator.broker.server import BrokerOptions, BrokerService
+from allocator.engine_config import EngineConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -141,9 +142,14 @@ def live(tmp_path_factory) -> Iterator[tuple[pb.Allocation, str]]:
     allocation and the Prometheus address."""
     tmp = tmp_path_factory.mktemp("prometheus")
     options = BrokerOptions(
-        http_port=0, grpc_port=0, metrics_port=0, state_dir=tmp / "broker",
-        persist=False, lease_seconds=300, tick_seconds=0.2,
-    )  # fmt: skip
+        engine=EngineConfig("rpsdsf", interval=0.2),
+        http_port=0,
+        grpc_port=0,
+        metrics_port=0,
+        state_dir=tmp / "broker",
+        persist=False,
+        lease_seconds=300,
+    )
     with BrokerService(options, backend=RecordingBackend()) as service:
         with BrokerClient(service.grpc_address) as client:
             client.register(request("pi-1", PI, target=4, group="pi"))

@@ -17,10 +17,11 @@ from allocator.broker.limits import Limits
 from allocator.broker.proto import pb
 from allocator.broker.store import Store
 from allocator.broker.validation import printable
+from allocator.engine_config import EngineConfig
 
 
 def make_broker(limits: Limits | None = None, agents=AGENTS, **kw) -> Broker:
-    broker = Broker(RecordingBackend(agents=agents), "drf", limits=limits, **kw)
+    broker = Broker(RecordingBackend(agents=agents), EngineConfig("drf"), limits=limits, **kw)
     broker.start(loop=False)
     return broker
 

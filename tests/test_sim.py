@@ -9,6 +9,7 @@ import pytest
 import yaml
 from conftest import run_fairbroker
 
+from allocator.engine_config import EngineConfig
 from allocator.sim.batch import load_batch, parse_batch
 from allocator.sim.bound import makespan_bound
 from allocator.sim.simulator import BatchSimulator
@@ -42,7 +43,7 @@ def batch(jobs_per_queue: int = 1, queues: int = 1, executors: int = 4, **job) -
 def test_one_job_timeline():
     """Driver up at 5 s, 4 executors granted at once (registration triggers a run), working
     from 8 s, 40 executor-seconds take 10 s, 2 s serial: done at 20 s."""
-    result = BatchSimulator(parse_batch(batch()), "drf").run()
+    result = BatchSimulator(parse_batch(batch()), EngineConfig("drf")).run()
     (job,) = result.jobs
     assert job.registered == 5
     assert job.finished == pytest.approx(20)
@@ -53,7 +54,7 @@ def test_one_job_timeline():
 
 
 def test_queue_runs_jobs_one_after_another():
-    result = BatchSimulator(parse_batch(batch(jobs_per_queue=3)), "drf").run()
+    result = BatchSimulator(parse_batch(batch(jobs_per_queue=3)), EngineConfig("drf")).run()
     finished = sorted(j.finished for j in result.jobs)
     assert finished == pytest.approx([20, 40, 60])
 
@@ -61,7 +62,7 @@ def test_queue_runs_jobs_one_after_another():
 def test_executors_that_do_not_fit_wait_and_slow_the_job():
     """Two queues of 8-executor jobs on 8 cpus: each job gets 4, work 40 takes 10 s."""
     spec = parse_batch(batch(queues=2, executors=8))
-    result = BatchSimulator(spec, "drf").run()
+    result = BatchSimulator(spec, EngineConfig("drf")).run()
     assert [j.finished for j in result.jobs] == pytest.approx([20, 20])
 
 
@@ -72,7 +73,7 @@ def test_paper_cluster_batch_completes_above_the_bound(name, mode):
     for group in data["groups"]:
         group["jobs_per_queue"] = 3
     spec = parse_batch(data)
-    result = BatchSimulator(spec, name, mode, seed=2).run()
+    result = BatchSimulator(spec, EngineConfig(name, mode=mode, seed=2)).run()
     assert len(result.jobs) == 30
     assert all(j.finished > j.submitted for j in result.jobs)
     bound = makespan_bound(spec)

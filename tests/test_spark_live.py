@@ -17,6 +17,7 @@ from spark_support import HOSTS_JOB, Driver, executor_processes, free_port, wait
 from allocator.backends.base import AgentInfo
 from allocator.broker.client import BrokerClient
 from allocator.broker.server import BrokerOptions, BrokerService
+from allocator.engine_config import EngineConfig
 
 PI_CONF = {
     "spark.executor.cores": "2",
@@ -37,7 +38,11 @@ TWO_AGENTS = [
 
 def service_for(tmp_path: Path, agents=None, **kw) -> BrokerService:
     options = BrokerOptions(
-        http_port=0, grpc_port=0, state_dir=tmp_path / "broker", tick_seconds=0.5, **kw
+        engine=EngineConfig("rpsdsf", interval=0.5),
+        http_port=0,
+        grpc_port=0,
+        state_dir=tmp_path / "broker",
+        **kw,
     )
     if agents is not None:
         options.agents = agents

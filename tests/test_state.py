@@ -16,13 +16,14 @@ from test_broker import PI, WORDCOUNT, RecordingBackend, request
 
 from allocator.broker.core import ApiError, Broker
 from allocator.broker.store import SCHEMA_VERSION, StateDamaged, Store
+from allocator.engine_config import EngineConfig
 
 
 def crashed_state(tmp_path: Path) -> Path:
     """The files of a broker that died with two tenants and three executors: copied while
     it runs (the write-ahead log still holds the recent changes)."""
     live = tmp_path / "live" / "broker.sqlite"
-    broker = Broker(RecordingBackend(), "drf", store=Store(live))
+    broker = Broker(RecordingBackend(), EngineConfig("drf"), store=Store(live))
     broker.start(loop=False)
     broker.register(request("pi", PI, target=2))
     broker.register(request("wc", WORDCOUNT, target=1))
@@ -37,7 +38,7 @@ def crashed_state(tmp_path: Path) -> Path:
 
 
 def restored(path: Path, recover: bool = False) -> Broker:
-    broker = Broker(RecordingBackend(), "drf", store=Store(path, recover=recover))
+    broker = Broker(RecordingBackend(), EngineConfig("drf"), store=Store(path, recover=recover))
     broker.start(loop=False)
     return broker
 
@@ -195,7 +196,7 @@ def _full(store: Store) -> None:
 
 def test_disk_full_register_changes_nothing_in_memory(tmp_path) -> None:
     store = Store(tmp_path / "broker.sqlite")
-    broker = Broker(RecordingBackend(), "drf", store=store)
+    broker = Broker(RecordingBackend(), EngineConfig("drf"), store=store)
     broker.start(loop=False)
     _full(store)
     big = request("pi", PI, target=2)
@@ -211,7 +212,7 @@ def test_disk_full_register_changes_nothing_in_memory(tmp_path) -> None:
 
 def test_read_only_state_refuses_changes_and_leaves_no_phantom_allocation(tmp_path) -> None:
     store = Store(tmp_path / "broker.sqlite")
-    broker = Broker(RecordingBackend(), "drf", store=store)
+    broker = Broker(RecordingBackend(), EngineConfig("drf"), store=store)
     broker.start(loop=False)
     broker.register(request("pi", PI, target=1))
     store._db.execute("PRAGMA query_only = 1")  # every write now fails, as on a read-only fs

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
+from allocator.engine_config import EngineConfig
 from allocator.errors import ScenarioError
 from allocator.policy import SCHEDULERS
 from allocator.sim.google import (
@@ -17,7 +18,8 @@ from allocator.sim.google import (
     google_jobs,
     server_mix_fractions,
 )
-from allocator.sim.trace import load_trace, parse_trace, run_trace, scenario_kind
+from allocator.sim.trace import load_trace, parse_trace, scenario_kind
+from allocator.sim.trace_sim import run_trace
 from allocator.workloads import GOOGLE_SERVER_MIX
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "benchmarks" / "scenarios"
@@ -42,7 +44,7 @@ def write(tmp_path: Path, text: str, name: str = "trace.csv") -> Path:
 
 # ---- CSV traces ---------------------------------------------------------------------------
 def test_example_csv_runs_to_completion():
-    result = run_trace(csv_spec(EXAMPLE_CSV), "bfdrf", audit=True)
+    result = run_trace(csv_spec(EXAMPLE_CSV), EngineConfig("bfdrf"), audit=True)
     out = result.to_json()
     assert out["jobs"] == {"submitted": 5, "completed": 5}
     assert out["tasks"]["submitted"] == out["tasks"]["completed"] == 281
@@ -70,7 +72,7 @@ def test_absolute_columns_and_machine_csv(tmp_path):
     workload = parse_trace(spec)
     assert workload.agent_names == ["m1", "m2"]
     assert np.allclose(workload.largest, [8, 32768])
-    result = run_trace(workload, "drf", audit=True)
+    result = run_trace(workload, EngineConfig("drf"), audit=True)
     assert result.tasks_completed == 1 and result.makespan_s == pytest.approx(10.0)
 
 
@@ -210,8 +212,8 @@ def small_google(agents: int = 60, hours: float = 2.0, seed: int = 2) -> dict:
 def test_slot_scheduler_is_registered_and_underutilizes():
     assert "slots" in SCHEDULERS
     workload = parse_trace(small_google(agents=40, hours=1.0))
-    best = run_trace(workload, "bfdrf", audit=True)
-    slots = run_trace(workload, "slots", slots_per_server=14, audit=True)
+    best = run_trace(workload, EngineConfig("bfdrf"), audit=True)
+    slots = run_trace(workload, EngineConfig("slots"), slots_per_server=14, audit=True)
     best_alloc, slot_alloc = best.allocated(), slots.allocated()
     # Paper 001 Table II: slots leave the cluster far emptier than Best-Fit DRFH.
     assert slot_alloc["cpus"] < best_alloc["cpus"] - 0.1
@@ -230,7 +232,8 @@ def test_users_complete_all_tasks_when_the_load_drains():
         parse_trace(spec)
     spec["horizon_s"] = 3600.0
     workload = parse_trace(spec)
-    result = run_trace(workload, "drf", selection="firstfit", horizon_s=10 * 24 * 3600.0)
+    firstfit = EngineConfig("drf", selection="firstfit")
+    result = run_trace(workload, firstfit, horizon_s=10 * 24 * 3600.0)
     out = result.to_json()
     users = out["users"]
     assert out["tasks"]["completed"] == out["tasks"]["submitted"] > 0
@@ -244,7 +247,7 @@ def test_users_complete_all_tasks_when_the_load_drains():
 # ---- paper 001's dynamic example ----------------------------------------------------------
 @pytest.fixture(scope="module")
 def dynamic():
-    return run_trace(DYNAMIC, "bfdrf", audit=True)
+    return run_trace(DYNAMIC, EngineConfig("bfdrf"), audit=True)
 
 
 def test_dynamic_example_share_bands(dynamic):

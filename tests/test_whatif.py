@@ -10,6 +10,7 @@ import pytest
 import yaml
 from conftest import run_fairbroker
 
+from allocator.engine_config import EngineConfig
 from allocator.sim.batch import parse_batch
 from allocator.sim.simulator import BatchSimulator
 from allocator.sim.whatif import Config, Report, rolling
@@ -46,7 +47,10 @@ def test_whatif_json_matches_independent_runs_and_writes_both_figures(tmp_path: 
     # The same numbers as three separate simulator runs at seeds 0, 1, 2.
     spec = parse_batch(SMALL)
     for c in configs:
-        runs = [BatchSimulator(spec, c["scheduler"], c["mode"], seed=s).run() for s in range(3)]
+        runs = [
+            BatchSimulator(spec, EngineConfig(c["scheduler"], mode=c["mode"], seed=s)).run()
+            for s in range(3)
+        ]
         assert c["makespan_s"]["mean"] == pytest.approx(np.mean([r.makespan_s for r in runs]),
                                                         abs=1e-3)  # fmt: skip
         x_jct = [np.mean([j.finished - j.submitted for j in r.jobs if j.group == "x"])
@@ -129,7 +133,7 @@ def test_all_tied_says_so():
 def test_live_batch_prediction_sits_beside_the_live_numbers(tmp_path: Path):
     from allocator.batch import prediction
 
-    predicted = prediction.predict(parse_batch(SMALL), seeds=2)
+    predicted = prediction.predict(parse_batch(SMALL), EngineConfig.mesos("rpsdsf"), seeds=2)
     assert len(predicted.configs) == 12 and predicted.seeds == 2
     live = {"scheduler": "psdsf", "mode": "oblivious", "makespan_s": 123.4,
             "jct_by_group_s": {"x": {"mean": 40.5}, "y": {"mean": None}},

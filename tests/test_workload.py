@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from allocator.engine_config import EngineConfig
 from allocator.sim.batch import parse_batch
 from allocator.sim.bound import makespan_bound
 from allocator.sim.jobs import JobModel
@@ -43,7 +44,7 @@ def jobs_by_name(result) -> dict:
 def test_same_seed_same_jobs_under_every_scheduler_and_mode():
     spec = parse_batch(two_groups(FULL))
     runs = [
-        BatchSimulator(spec, name, mode, seed=7).run()
+        BatchSimulator(spec, EngineConfig(name, mode=mode, seed=7)).run()
         for name, mode in (("drf", "characterized"), ("rpsdsf", "oblivious"),
                            ("bfdrf", "characterized"))
     ]  # fmt: skip
@@ -59,7 +60,7 @@ def test_same_seed_same_jobs_under_every_scheduler_and_mode():
     # The schedulers did differ (otherwise the pairing would be trivially true).
     assert len({round(r.makespan_s, 6) for r in runs}) > 1
     # Another seed draws other jobs.
-    other_seed = jobs_by_name(BatchSimulator(spec, "drf", seed=8).run())
+    other_seed = jobs_by_name(BatchSimulator(spec, EngineConfig("drf", seed=8)).run())
     assert any(other_seed[n].model.work != first[n].model.work for n in first)
 
 
@@ -104,8 +105,8 @@ def test_jitter_zero_is_the_deterministic_model_exactly():
     assert draws.executor_start() == 3.0
     assert draws.release_delays(4) == [0.5, 1.0, 1.5, 2.0]
     # An explicit all-zero jitter block gives the same run as none at all.
-    plain = BatchSimulator(parse_batch(two_groups()), "psdsf", seed=4).run()
-    zero = BatchSimulator(parse_batch(two_groups({"work": 0})), "psdsf", seed=4).run()
+    plain = BatchSimulator(parse_batch(two_groups()), EngineConfig("psdsf", seed=4)).run()
+    zero = BatchSimulator(parse_batch(two_groups({"work": 0})), EngineConfig("psdsf", seed=4)).run()
     assert zero.makespan_s == plain.makespan_s and zero.grants == plain.grants
     assert [j.finished for j in zero.jobs] == [j.finished for j in plain.jobs]
     # Jobs of a group are then identical.
@@ -115,7 +116,7 @@ def test_jitter_zero_is_the_deterministic_model_exactly():
 def test_random_release_alone_keeps_every_job_the_same():
     """Random release delays change when executors return, never the jobs' own draws."""
     spec = parse_batch(two_groups({"random_release": True}))
-    result = BatchSimulator(spec, "drf", seed=1).run()
+    result = BatchSimulator(spec, EngineConfig("drf", seed=1)).run()
     assert {j.model.work for j in result.jobs} == {40}
     assert not result.series.engine.running
 
@@ -134,7 +135,7 @@ def test_the_bound_follows_the_seeds_draws():
     spec = parse_batch(data)
     every_seed = makespan_bound(spec)
     for seed in range(3):
-        result = BatchSimulator(spec, "rpsdsf", seed=seed).run()
+        result = BatchSimulator(spec, EngineConfig("rpsdsf", seed=seed)).run()
         bound = makespan_bound(spec, seed)
         assert every_seed.seconds <= bound.seconds <= result.makespan_s
         # The chain of queue 0 of group x at full width (6 executors fit: 4 on a, 2 on b).

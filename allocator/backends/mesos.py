@@ -40,6 +40,7 @@ from allocator.backends.base import (
 from allocator.backends.executor import ExecutorEnvPolicy, executor_launch
 from allocator.backends.mesos_link import MesosLink
 from allocator.errors import FairbrokerError
+from allocator.mesos_defaults import REFUSE_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class MesosOptions:
     spark_home: str = "/opt/spark"  # where Spark is on the agents
     spark_uri: str | None = None  # or a Spark tarball the agents fetch into the sandbox
     heartbeat_timeout: float = MISSED_HEARTBEATS * HEARTBEAT_SECONDS
-    refuse_seconds: float = 5.0
+    refuse_seconds: float = REFUSE_SECONDS  # the engine's (EngineConfig.refuse_seconds)
     agents_look_seconds: float = AGENTS_LOOK_S  # how often the master's agent list is read
     state_dir: Path = Path(".fairbroker")
     executor_env: ExecutorEnvPolicy = field(default_factory=ExecutorEnvPolicy)

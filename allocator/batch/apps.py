@@ -17,8 +17,7 @@ OUTPUT = "{output}"
 
 @dataclass(frozen=True)
 class GroupApp:
-    group: str
-    weight: float
+    group: str  # its weight is the broker's role weight, not each job's
     conf: dict[str, str]
     script: Path
     args: tuple[str, ...] = ()
@@ -79,11 +78,10 @@ def prepare_apps(spec: BatchSpec, workdir: Path) -> dict[str, GroupApp]:
             _, executors = group.executor_demand()
         except (ValueError, FairbrokerError) as error:
             raise ScenarioError(f"{where}: {error}") from None
-        name, weight, conf, app = group.name, group.weight, spark_conf(group), group.app
+        name, conf, app = group.name, spark_conf(group), group.app
         if isinstance(app, PiApp):
             apps[group.name] = GroupApp(
                 name,
-                weight,
                 conf,
                 script=script("pi"),
                 args=(str(app.partitions), str(app.samples), "--seed", str(app.seed)),
@@ -97,7 +95,6 @@ def prepare_apps(spec: BatchSpec, workdir: Path) -> dict[str, GroupApp]:
             partitions = app.partitions or max(2, 2 * executors)
             apps[group.name] = GroupApp(
                 name,
-                weight,
                 conf,
                 script=script("wordcount"),
                 args=(str(path), OUTPUT, "--partitions", str(partitions)),
@@ -106,7 +103,7 @@ def prepare_apps(spec: BatchSpec, workdir: Path) -> dict[str, GroupApp]:
             )
         else:
             args = tuple(map(_conf_text, app.args))
-            apps[group.name] = GroupApp(name, weight, conf, _script_path(app, where), args)
+            apps[group.name] = GroupApp(name, conf, _script_path(app, where), args)
     return apps
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from allocator.engine_config import EngineConfig
 from allocator.sim.batch import BatchSpec
 from allocator.sim.stats import estimate
 from allocator.sim.whatif import Report, run_whatif
@@ -14,11 +15,12 @@ from allocator.sim.whatif import Report, run_whatif
 SEEDS = 3
 
 
-def predict(spec: BatchSpec, seeds: int = SEEDS) -> Report:
+def predict(spec: BatchSpec, engine: EngineConfig, seeds: int = SEEDS) -> Report:
+    """Every scheduler x mode, the rest of the engine as the live run's `engine`."""
     from allocator.policy import COMPARED_SCHEDULERS
     from allocator.state import Mode
 
-    return run_whatif(spec, COMPARED_SCHEDULERS, [str(m) for m in Mode], seeds)
+    return run_whatif(spec, COMPARED_SCHEDULERS, [str(m) for m in Mode], seeds, engine)
 
 
 def render(report: Report, live: dict) -> str:

@@ -215,7 +215,6 @@ class _Batch:
             app.app_args(name),
             broker=self.broker,
             group=group,
-            weight=app.weight,
             oblivious=self.oblivious,
             token=self.token,
             conf=app.job_conf(name),

@@ -48,7 +48,7 @@ def _allocation(broker: Broker, request: pb.AllocationRequest) -> pb.Allocation:
 
 
 def _configure(broker: Broker, request: pb.ConfigureRequest) -> pb.BrokerInfo:
-    broker.configure(request.scheduler, request.mode, request.selection)
+    broker.configure(request)
     return broker.info()
 
 

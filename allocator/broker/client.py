@@ -56,8 +56,18 @@ class BrokerClient:
     def allocation(self) -> pb.Allocation:
         return self._call("GetAllocation", pb.AllocationRequest())
 
-    def configure(self, scheduler: str = "", mode: str = "", selection: str = "") -> pb.BrokerInfo:
-        request = pb.ConfigureRequest(scheduler=scheduler, mode=mode, selection=selection)
+    def configure(
+        self,
+        scheduler: str = "",
+        mode: str = "",
+        selection: str = "",
+        **changes: object,
+    ) -> pb.BrokerInfo:
+        """Change the engine's configuration at run time (level, trigger, ties, role_weights
+        as keywords); empty values keep the broker's."""
+        request = pb.ConfigureRequest(
+            scheduler=scheduler, mode=mode, selection=selection, **changes
+        )
         return self._call("Configure", request)
 
     def close(self) -> None:

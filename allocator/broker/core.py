@@ -22,6 +22,7 @@ from allocator.broker.proto import pb
 from allocator.broker.snapshot import engine_allocation
 from allocator.broker.store import Store, StoreError
 from allocator.broker.validation import (
+    GROUP,
     check_kill,
     check_register,
     check_room,
@@ -30,14 +31,14 @@ from allocator.broker.validation import (
     same_registration,
 )
 from allocator.engine import Engine, EngineError
+from allocator.engine_config import EngineConfig
 from allocator.errors import FairbrokerError
-from allocator.policy import Selection
 from allocator.state import Mode
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 30.0
-TICK_SECONDS = 1.0
+DEFAULT_SCHEDULER = "rpsdsf"  # the broker's, when none is configured
 FAILURES_BEFORE_REFUSING = 2  # quick executor failures of a tenant on an agent before it rests
 FAILED_AGENT_REFUSE_SECONDS = 60.0  # the first rest; each further quick failure doubles it
 MAX_REFUSE_SECONDS = 900.0
@@ -79,32 +80,23 @@ class Broker:
     def __init__(
         self,
         backend: Backend,
-        scheduler: str = "rpsdsf",
-        mode: Mode | str = Mode.CHARACTERIZED,
-        selection: Selection | str | None = None,
+        config: EngineConfig | None = None,
         *,
-        level: str = "role",
-        trigger: str = "tick",
-        ties: str = "random",
-        seed: int = 0,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         store: Store | None = None,
-        tick_seconds: float = TICK_SECONDS,
         limits: Limits | None = None,
     ) -> None:
+        """`config` (default: rPS-DSF with Mesos's defaults) is the engine's; its interval
+        is the allocation loop's."""
         self.backend = backend
         self.limits = limits or Limits()
         self.store = store or Store(None)
         self.lease_seconds = lease_seconds
-        self.tick_seconds = tick_seconds
         agents = backend.agents()
         resources = ["cpus", "mem"]
         for agent in agents:
             resources.extend(r for r in agent.resources if r not in resources)
-        self.engine = Engine(
-            tuple(resources), scheduler, mode, selection,
-            level=level, trigger=trigger, ties=ties, seed=seed,
-        )  # fmt: skip
+        self.engine = Engine(tuple(resources), config or EngineConfig.mesos(DEFAULT_SCHEDULER))
         # A backend that declares its agents up front (the embedded cluster) has a fixed
         # capacity, so a demand no agent holds is refused at registration.
         self._static_cluster = bool(agents)
@@ -275,20 +267,32 @@ class Broker:
             except StoreError as error:
                 raise unavailable(error) from None
 
-    def configure(self, scheduler: str = "", mode: str = "", selection: str = "") -> None:
+    def configure(self, request: pb.ConfigureRequest | None = None, **fields: object) -> None:
+        """Run-time changes to the engine's configuration (a ConfigureRequest, or its fields
+        as keywords); an empty field keeps its value. They last until the broker stops (a
+        restart starts from the serve configuration)."""
+        request = request or pb.ConfigureRequest(**fields)
         with self._lock:
+            config = self.engine.config
+            changes: dict[str, object] = {
+                name: value
+                for name in ("scheduler", "mode", "level", "trigger", "ties")
+                if (value := getattr(request, name))
+            }
+            if request.scheduler or request.selection:
+                changes["selection"] = request.selection or None
+            if request.role_weights:
+                weights = {**config.role_weights, **request.role_weights}
+                if len(weights) > self.limits.max_groups:
+                    raise invalid(f"role_weights: at most {self.limits.max_groups} groups")
+                if not all(r == "*" or GROUP.fullmatch(r) for r in request.role_weights):
+                    raise invalid("role_weights: a group name must be a valid group")
+                changes["role_weights"] = weights
             try:
-                self.engine.configure(
-                    scheduler or self.engine.scheduler.name,
-                    mode or self.engine.mode,
-                    selection or None,
-                )
+                self.engine.apply(config.replace(**changes))
             except (KeyError, ValueError, FairbrokerError) as error:
                 raise invalid(str(error).strip("'\"")) from None
-            log.info(
-                "now scheduling with %s, %s mode, %s selection",
-                self.engine.scheduler.name, self.engine.mode, self.engine.selection,
-            )  # fmt: skip
+            log.info("now scheduling with %s", printable(str(self.engine.config.to_json())))
             self._poke()
 
     def info(self) -> pb.BrokerInfo:
@@ -330,6 +334,11 @@ class Broker:
             uptime_seconds=time.time() - self.started,
             resources=list(engine.resources),
             backend_status=self._backend_status(),
+            level=str(engine.level),
+            trigger=str(engine.trigger),
+            ties=str(engine.ties),
+            role_weights={r: w for r, w in engine.role_weights.items() if w != 1.0},
+            interval_seconds=engine.interval,
         )
 
     def _backend_status(self) -> str:
@@ -656,7 +665,7 @@ class Broker:
                 return
             self._wake.clear()
             if time.monotonic() >= next_tick:
-                next_tick = time.monotonic() + self.tick_seconds
+                next_tick = time.monotonic() + self.engine.interval
             try:
                 self.allocate_once()
             except Exception:  # the loop must survive anything one run does

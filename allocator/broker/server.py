@@ -12,11 +12,12 @@ from allocator.backends.cluster_file import DEFAULT_CLUSTER, load_cluster_file
 from allocator.backends.local import LocalCluster
 from allocator.broker.api import RequestObserver
 from allocator.broker.asgi import HttpLimits
-from allocator.broker.core import DEFAULT_LEASE_SECONDS, TICK_SECONDS, Broker
+from allocator.broker.core import DEFAULT_LEASE_SECONDS, DEFAULT_SCHEDULER, Broker
 from allocator.broker.grpc_server import TenantGrpcServer
 from allocator.broker.http_server import TenantHttpServer
 from allocator.broker.limits import Limits
 from allocator.broker.store import Store
+from allocator.engine_config import EngineConfig
 from allocator.metrics import BrokerMetrics, MetricsServer
 from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 
@@ -27,19 +28,12 @@ __all__ = ["DEFAULT_GRPC_PORT", "DEFAULT_HTTP_PORT", "DEFAULT_METRICS_PORT", "Br
 
 @dataclass
 class BrokerOptions:
-    scheduler: str = "rpsdsf"
-    mode: str = "characterized"
-    selection: str | None = None
-    level: str = "role"
-    trigger: str = "tick"
-    ties: str = "random"
-    seed: int = 0
+    engine: EngineConfig = field(default_factory=lambda: EngineConfig.mesos(DEFAULT_SCHEDULER))
     host: str = "127.0.0.1"
     http_port: int = DEFAULT_HTTP_PORT
     grpc_port: int = DEFAULT_GRPC_PORT
     token: str | None = None
     lease_seconds: float = DEFAULT_LEASE_SECONDS
-    tick_seconds: float = TICK_SECONDS
     state_dir: Path = Path(".fairbroker")
     persist: bool = True
     cluster_file: Path = DEFAULT_CLUSTER
@@ -68,16 +62,9 @@ class BrokerService:
         )
         self.broker = Broker(
             backend,
-            options.scheduler,
-            options.mode,
-            options.selection,
-            level=options.level,
-            trigger=options.trigger,
-            ties=options.ties,
-            seed=options.seed,
+            options.engine,
             lease_seconds=options.lease_seconds,
             store=store,
-            tick_seconds=options.tick_seconds,
             limits=options.limits,
         )
         self.metrics: BrokerMetrics | None = None

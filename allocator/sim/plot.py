@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
-from allocator.sim.series import AllocationSeries
+from allocator.sim.series import SampledSeries
 
 
 def plot_runs(
-    runs: Sequence[tuple[str, AllocationSeries]], path: str | Path, title: str = ""
+    runs: Sequence[tuple[str, SampledSeries]], path: str | Path, title: str = ""
 ) -> None:
     """One panel per resource (cpus, mem); one step line per labelled run."""
     import matplotlib
@@ -19,7 +19,7 @@ def plot_runs(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    resources = runs[0][1].engine.resources if runs else ("cpus", "mem")
+    resources = runs[0][1].resources if runs else ("cpus", "mem")
     shown = [r for r in ("cpus", "mem") if r in resources] or list(resources[:2])
     fig, axes = plt.subplots(len(shown), 1, figsize=(11, 3.2 * len(shown)), sharex=True)
     axes = np.atleast_1d(axes)

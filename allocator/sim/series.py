@@ -10,17 +10,28 @@ from __future__ import annotations
 import csv
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from allocator.metrics_defs import EngineLike, GroupUsage, jain
 
-__all__ = ["AllocationSeries", "jain", "write_series_csv"]
+__all__ = ["AllocationSeries", "SampledSeries", "jain", "write_series_csv"]
+
+
+class SampledSeries(Protocol):
+    """What a plot or a CSV reads of a time series: simulation, trace or live alike."""
+
+    resources: tuple[str, ...]
+    times: list[float]
+    allocated: list[np.ndarray]  # fraction of capacity per resource, one per time
+    fairness: list[float]
 
 
 class AllocationSeries:
     def __init__(self, engine: EngineLike) -> None:
         self.engine = engine
+        self.resources = tuple(engine.resources)
         self.times: list[float] = []
         self.allocated: list[np.ndarray] = []  # fraction of registered capacity, per resource
         self.fairness: list[float] = []
@@ -63,13 +74,13 @@ class AllocationSeries:
 
 
 def write_series_csv(
-    path: str | Path, series: AllocationSeries, parts: Mapping[str, AllocationSeries] | None = None
+    path: str | Path, series: SampledSeries, parts: Mapping[str, SampledSeries] | None = None
 ) -> None:
     """One row per sample: time_s, allocated_<resource> (`fairbroker_cluster_allocated_ratio`),
     fairness, then <part>_allocated_<resource> for each part recorded at the same times (a live
     batch's groups: `fairbroker_group_allocated_ratio`)."""
     parts = dict(parts or {})
-    resources = series.engine.resources
+    resources = series.resources
     header = ["time_s", *(f"allocated_{r}" for r in resources), "fairness"]
     header += [f"{label}_allocated_{r}" for label in parts for r in resources]
     columns = [part.allocated for part in parts.values()]

@@ -16,14 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from allocator.admission import AdmissionConfig, Pool, build_pools, job_slot
-from allocator.engine import DEFAULT_INTERVAL_SECONDS, DEFAULT_REFUSE_SECONDS, Engine, Trigger
-from allocator.policy import Selection, Ties
-from allocator.policy.levels import Level
+from allocator.engine import Engine
+from allocator.engine_config import EngineConfig
 from allocator.sim.batch import BatchSpec, JobEntry
 from allocator.sim.jobs import JobModel, JobProgress
 from allocator.sim.series import AllocationSeries
 from allocator.sim.workload import JobDraws
-from allocator.state import Mode
 
 
 @dataclass
@@ -96,35 +94,17 @@ class BatchSimulator:
     def __init__(
         self,
         batch: BatchSpec,
-        scheduler_name: str,
-        mode: Mode | str = Mode.CHARACTERIZED,
-        selection: Selection | str | None = None,
-        level: Level | str = Level.ROLE,
-        trigger: Trigger | str = Trigger.TICK,
-        ties: Ties | str = Ties.RANDOM,
-        seed: int = 0,
-        interval: float = DEFAULT_INTERVAL_SECONDS,
-        refuse_seconds: float = DEFAULT_REFUSE_SECONDS,
+        config: EngineConfig,
         admission: AdmissionConfig | None = None,
     ) -> None:
-        """`admission` (fcfs, sjf, wfq) makes one admission pool of every job, overriding
-        the scenario's `admission:` sections (allocator.admission)."""
+        """`config`'s role weights override the batch's group weights role by role.
+        `admission` (fcfs, sjf, wfq) makes one admission pool of every job, overriding the
+        scenario's `admission:` sections (allocator.admission)."""
         self.batch = batch
-        self.seed = seed
-        self.interval = interval
-        self.engine = Engine(
-            batch.resource_names(),
-            scheduler_name,
-            mode,
-            selection,
-            level,
-            trigger,
-            ties,
-            seed,
-            refuse_seconds,
-            role_weights={g.name: g.weight for g in batch.groups},
-            interval=interval,
-        )
+        self.config = config.with_default_role_weights({g.name: g.weight for g in batch.groups})
+        self.seed = config.seed
+        self.interval = config.interval
+        self.engine = Engine(batch.resource_names(), self.config)
         self.now = 0.0
         self._events: list[tuple[float, int, str, object]] = []
         self._seq = itertools.count()

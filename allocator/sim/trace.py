@@ -40,7 +40,7 @@ from allocator.sim.google import GoogleClusterSpec, GoogleWorkloadSpec, google_c
 from allocator.workloads import LARGEST_SERVER
 
 if TYPE_CHECKING:
-    from allocator.sim.trace_sim import TraceResult
+    pass
 
 #: Jobs are classified by their number of tasks for completion times (paper 001 Fig. 6b
 #: uses five classes by task count; these bounds are ours).
@@ -650,20 +650,3 @@ def load_trace(path: str | Path) -> TraceWorkload:
         raise  # already names its CSV file and line
     except ScenarioError as error:
         raise ScenarioError(f"{path}: {error}") from None
-
-
-def run_trace(
-    scenario: str | Path | dict | TraceWorkload,
-    scheduler: str,
-    mode: str = "characterized",
-    selection: str | None = None,
-    level: str = "role",
-    seed: int = 0,
-    progress=None,
-    **options: Any,
-) -> TraceResult:
-    """Run a trace scenario (path, parsed YAML mapping or TraceWorkload) through the engine;
-    see `allocator.sim.trace_sim.run_trace` for the options."""
-    from allocator.sim.trace_sim import run_trace as run
-
-    return run(scenario, scheduler, mode, selection, level, seed, progress, **options)

@@ -25,10 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from allocator.engine import DEFAULT_INTERVAL_SECONDS, DEFAULT_REFUSE_SECONDS, Engine, Trigger
+from allocator.engine import Engine
+from allocator.engine_config import EngineConfig
 from allocator.errors import ScenarioError
-from allocator.policy import Selection, Ties, scheduler
-from allocator.policy.levels import Level
 from allocator.sim.series import jain
 from allocator.sim.trace import SIZE_CLASSES, TraceWorkload, load_trace, parse_trace
 from allocator.state import Mode
@@ -58,7 +57,11 @@ class TraceSeries:
     the time some user has unfinished tasks.
     """
 
-    def __init__(self, n_resources: int, n_users: int, sample_s: float, track_users: bool):
+    def __init__(
+        self, resources: tuple[str, ...], n_users: int, sample_s: float, track_users: bool
+    ) -> None:
+        n_resources = len(resources)
+        self.resources = tuple(resources)
         self.total = np.zeros(n_resources)
         self.used = np.zeros(n_resources)
         self.held = np.zeros((n_users, n_resources))
@@ -338,23 +341,17 @@ class TraceSimulator:
     def __init__(
         self,
         workload: TraceWorkload,
-        scheduler_name: str,
-        mode: Mode | str = Mode.CHARACTERIZED,
-        selection: Selection | str | None = None,
-        level: Level | str = Level.ROLE,
-        trigger: Trigger | str = Trigger.TICK,
-        ties: Ties | str = Ties.RANDOM,
-        seed: int = 0,
-        interval: float = DEFAULT_INTERVAL_SECONDS,
-        refuse_seconds: float = DEFAULT_REFUSE_SECONDS,
+        config: EngineConfig,
         slots_per_server: int = DEFAULT_SLOTS_PER_SERVER,
         track_users: bool | None = None,
         audit: bool = False,
     ) -> None:
+        """`config`'s role weights override the workload's user weights user by user."""
         self.workload = w = workload
-        self.seed = seed
-        self.interval = interval
-        self.slots = scheduler(scheduler_name).name == SLOTS
+        self.config = config.with_default_role_weights({u.name: u.weight for u in w.users})
+        self.seed = config.seed
+        self.interval = config.interval
+        self.slots = config.scheduler == SLOTS
         if SLOTS in w.resources:
             raise ScenarioError("resources: 'slots' is reserved for the slot scheduler")
         real = len(w.resources)
@@ -373,19 +370,7 @@ class TraceSimulator:
             demand = np.column_stack([demand, np.ones(len(demand))])
             resources = (*resources, SLOTS)
         self.capacity = capacity
-        self.engine = Engine(
-            resources,
-            scheduler_name,
-            mode,
-            selection,
-            level,
-            trigger,
-            ties,
-            seed,
-            refuse_seconds,
-            role_weights={u.name: u.weight for u in w.users},
-            interval=interval,
-        )
+        self.engine = Engine(resources, self.config)
         self.characterized = self.engine.mode is Mode.CHARACTERIZED
         self.now = 0.0
         self.audit = audit
@@ -422,7 +407,7 @@ class TraceSimulator:
         self.agent_used = np.zeros_like(capacity) if audit else None
         if track_users is None:
             track_users = len(w.users) <= 50
-        self.series = TraceSeries(real, len(w.users), w.sample_s, track_users)
+        self.series = TraceSeries(tuple(w.resources), len(w.users), w.sample_s, track_users)
         self.pending = 0  # tasks submitted and not placed, over all groups
         self.dirty = True  # something changed since the last allocation run
         self.tasks_completed = 0
@@ -703,23 +688,18 @@ def as_workload(scenario: str | Path | dict | TraceWorkload) -> TraceWorkload:
 
 def run_trace(
     scenario: str | Path | dict | TraceWorkload,
-    scheduler: str,
-    mode: Mode | str = Mode.CHARACTERIZED,
-    selection: Selection | str | None = None,
-    level: Level | str = Level.ROLE,
-    seed: int = 0,
+    config: EngineConfig,
     progress: Callable[[float, int], None] | None = None,
     *,
-    trigger: Trigger | str = Trigger.TICK,
-    ties: Ties | str = Ties.RANDOM,
     slots_per_server: int = DEFAULT_SLOTS_PER_SERVER,
     horizon_s: float | None = None,
     track_users: bool | None = None,
     audit: bool = False,
 ) -> TraceResult:
-    """Simulate a trace scenario under one scheduler; `progress(now, tasks_done)` per tick.
+    """Simulate a trace scenario (path, parsed YAML mapping or TraceWorkload) under one
+    engine configuration; `progress(now, tasks_done)` per tick.
 
-    `scheduler` "slots" is the Hadoop-style slot baseline (`slots_per_server` slots per
+    Scheduler "slots" is the Hadoop-style slot baseline (`slots_per_server` slots per
     maximum server); "drf" with selection "firstfit" is First-Fit DRFH; "bfdrf" is Best-Fit
     DRFH. `horizon_s` overrides the scenario's stop time. `audit` checks every grant
     against the agent's capacity (slower).
@@ -728,16 +708,6 @@ def run_trace(
     if horizon_s is not None:
         workload = replace(workload, horizon_s=horizon_s)
     simulator = TraceSimulator(
-        workload,
-        scheduler,
-        mode,
-        selection,
-        level,
-        trigger,
-        ties,
-        seed,
-        slots_per_server=slots_per_server,
-        track_users=track_users,
-        audit=audit,
+        workload, config, slots_per_server=slots_per_server, track_users=track_users, audit=audit
     )
     return simulator.run(progress)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from allocator.engine_config import EngineConfig
 from allocator.sim.batch import BatchSpec
 from allocator.sim.simulator import BatchSimulator, SimResult
 from allocator.sim.stats import Estimate, Paired, estimate, paired
@@ -193,21 +194,21 @@ def run_whatif(
     schedulers: Sequence[str],
     modes: Sequence[str],
     seeds: int,
-    level: str = "role",
-    trigger: str = "tick",
+    base: EngineConfig,
     progress: Callable[[str, int], None] | None = None,
 ) -> Report:
+    """Every scheduler x mode at seeds 0..seeds-1, the rest of the engine as in `base`."""
     configs = []
     for name in schedulers:
         for mode in modes:
             config = Config(name, mode)
             for seed in range(seeds):
-                result = BatchSimulator(batch, name, mode, level=level, trigger=trigger,
-                                        seed=seed).run()  # fmt: skip
-                config.add(result)
+                engine = base.replace(scheduler=name, mode=mode, seed=seed)
+                config.add(BatchSimulator(batch, engine).run())
                 if progress is not None:
                     progress(config.label, seed)
             configs.append(config)
+    level, trigger = str(base.level), str(base.trigger)
     return Report(batch.name, seeds, level, trigger, batch.resource_names(), configs)
 
 
