@@ -7,12 +7,12 @@ PYTHON ?= python3
 VENV35 := .venv-spark35
 RUN_DIR ?= results/run
 
-.PHONY: install system-deps deploy-tools mesos run test test-slow test-spark35 lint bench \
+.PHONY: install system-deps deploy-tools mesos run test test-fast test-slow test-spark35 lint bench \
 	clean cluster-up cluster-batch cluster-down
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/install_pymesos.py
+$(STAMP): pyproject.toml scripts/install_pymesos.py allocator/broker/tenant.proto
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,spark]'
 	$(PY) scripts/install_pymesos.py
@@ -58,6 +58,11 @@ mesos:
 test: install system-deps deploy-tools mesos
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q
+
+# The inner loop: everything but the tests of real components (`live` marker, tests/conftest.py).
+test-fast: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -q -m 'not slow and not live'
 
 # The long real-cluster tests (`slow` marker) that `make test` leaves out.
 test-slow: install system-deps mesos

@@ -355,7 +355,7 @@ def batch(
     check_stdout()
     spec = load_batch(scenario)
     # A group's weight is its role's weight, in the simulator and here alike.
-    engine = engine.with_default_role_weights({g.name: g.weight for g in spec.groups})
+    engine = engine.with_default_role_weights(spec.role_weights())
     if broker is not None:
         _check_running_broker(broker, token, engine)
     workdir = prepare_output_dir(out, "--out")

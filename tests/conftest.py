@@ -8,6 +8,21 @@ import pytest
 from allocator.model import Cluster
 from allocator.table1 import paper_example
 
+#: Modules whose tests start real components: Spark JVMs, a Prometheus server, a Mesos master
+#: (real or the project's), deployment linters, package builds. `make test-fast` skips them.
+LIVE_MODULES = {
+    "test_spark_live", "test_apps", "test_shim_build", "test_batch_live", "test_admission_live",
+    "test_mesos_live", "test_mesos_real", "test_mesos_master", "test_mesos_link", "test_prometheus",
+    "test_deploy_docker", "test_deploy_systemd", "test_deploy_terraform", "test_packaging",
+    "test_submit",
+}  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.module is not None and item.module.__name__ in LIVE_MODULES:
+            item.add_marker(pytest.mark.live)
+
 
 @pytest.fixture(scope="session")
 def example() -> Cluster:

@@ -65,7 +65,9 @@ def test_every_option_has_an_environment_variable() -> None:
         "webui_url": "http://h1/", "gpus": "true", "spark_home": "/srv/spark",
         "spark_uri": "http://h1/spark.tgz", "executor_env": "OMP_NUM_THREADS,MKL_NUM_THREADS",
         "executor_python": "/opt/py/bin/python3", "limits": "max_tenants=5,max_weight=10",
-        "state_recover": "true", "metrics_token": "true",
+        "state_recover": "true", "metrics_token": "true", "level": "framework",
+        "trigger": "release", "seed": "7", "interval": "0.5", "refuse_seconds": "2",
+        "role_weights": "pi=2,wc=1", "fuga_k": "4", "fuga_lambda": "0.5",
     }  # fmt: skip
     assert set(samples) == set(ServeConfig.model_fields)
     env = {f"FAIRBROKER_{k.upper()}": v for k, v in samples.items() if v is not None}

@@ -232,6 +232,10 @@ class BatchSpec(BaseModel):
                 seen.add(item.name)
         return self
 
+    def role_weights(self) -> dict[str, float]:
+        """Each group's weight: its role's weight in two-level fairness (sim and live)."""
+        return {g.name: g.weight for g in self.groups}
+
     def resource_names(self) -> tuple[str, ...]:
         if self.resources is not None:
             return tuple(self.resources)

@@ -60,6 +60,7 @@ class SimResult:
     grants: int
     series: AllocationSeries
     admission: str = "queues"
+    engine_config: dict[str, object] | None = None  # what the engine decided with
 
     def jct(self) -> np.ndarray:
         return np.array([j.finished - j.submitted for j in self.jobs])
@@ -76,6 +77,7 @@ class SimResult:
             "trigger": self.trigger,
             "admission": self.admission,
             "seed": self.seed,
+            "engine": self.engine_config,
             "makespan_s": round(self.makespan_s, 3),
             "jobs": len(self.jobs),
             "jct_s": {
@@ -101,7 +103,7 @@ class BatchSimulator:
         `admission` (fcfs, sjf, wfq) makes one admission pool of every job, overriding the
         scenario's `admission:` sections (allocator.admission)."""
         self.batch = batch
-        self.config = config.with_default_role_weights({g.name: g.weight for g in batch.groups})
+        self.config = config.with_default_role_weights(batch.role_weights())
         self.seed = config.seed
         self.interval = config.interval
         self.engine = Engine(batch.resource_names(), self.config)
@@ -300,6 +302,7 @@ class BatchSimulator:
             grants=self.engine.grants_total,
             series=self.series,
             admission=self.admission,
+            engine_config=self.engine.config.to_json(),
         )
 
     def _waiting_groups(self) -> set[str]:
