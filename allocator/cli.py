@@ -227,6 +227,7 @@ def sim(
     from allocator.policy import COMPARED_SCHEDULERS
     from allocator.sim.batch import load_batch
     from allocator.sim.bound import makespan_bound
+    from allocator.sim.simulator import _admission_label
     from allocator.sim.trace import scenario_kind
     from allocator.state import Mode
 
@@ -246,7 +247,9 @@ def sim(
     runs = [(scheduler, mode, admission)]
     if compare:
         runs = [(s, m, admission) for s in COMPARED_SCHEDULERS for m in Mode]
-        runs += [(scheduler, mode, str(p)) for p in Policy if str(p) != admission]
+        # The scenario's own admission (or --admission) already has its row under its name.
+        own = admission or _admission_label(batch)
+        runs += [(scheduler, mode, str(p)) for p in Policy if str(p) != own]
     results = [_simulate(batch, s, m, level, trigger, seed, quiet, a) for s, m, a in runs]
     if plot:
         from allocator.sim.plot import plot_runs

@@ -186,9 +186,14 @@ def test_group_admission_section_and_sim_cli(tmp_path: Path):
     done = run_fairbroker("sim", str(path), "--compare", "--json", "-s", "drf")
     assert done.returncode == 0, done.stderr
     runs = yaml.safe_load(done.stdout)["runs"]
-    labels = {(r["scheduler"], r["mode"], r["admission"]) for r in runs}
+    rows = [(r["scheduler"], r["mode"], r["admission"]) for r in runs]
+    labels = set(rows)
+    assert len(rows) == len(labels), rows  # no row twice (the scenario's wfq is not rerun)
     assert ("fuga", "characterized", "wfq") in labels  # the scenario's own policy
-    assert {("drf", "characterized", p) for p in ("fcfs", "sjf")} <= labels
+    assert {("drf", "characterized", p) for p in ("fcfs", "sjf", "wfq")} <= labels
+    # Every compared scheduler in both modes under the scenario's wfq, plus drf/characterized
+    # under the two other policies.
+    assert len(rows) == 2 * len({r[0] for r in rows}) + 2
 
 
 @pytest.mark.parametrize(
