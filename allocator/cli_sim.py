@@ -109,6 +109,7 @@ def _batch_runs(scenario, engine, seeds, compare, options, quiet) -> dict[str, l
     from allocator.policy import COMPARED_SCHEDULERS
     from allocator.sim.batch import load_batch
     from allocator.sim.bound import makespan_bound
+    from allocator.sim.simulator import _admission_label
     from allocator.state import Mode
 
     batch = load_batch(scenario)
@@ -117,7 +118,7 @@ def _batch_runs(scenario, engine, seeds, compare, options, quiet) -> dict[str, l
     if compare:
         configs = [(engine.replace(scheduler=s, mode=m), admission)
                    for s in COMPARED_SCHEDULERS for m in Mode]  # fmt: skip
-        already = admission or _scenario_admission(batch)
+        already = admission or _admission_label(batch)  # its row is there already
         configs += [(engine, str(p)) for p in Policy if str(p) != already]
     runs: dict[str, list] = {}
     for config, policy in configs:
@@ -130,12 +131,6 @@ def _batch_runs(scenario, engine, seeds, compare, options, quiet) -> dict[str, l
                 label += f"/{result.admission}"
             runs.setdefault(label, []).append((result, extra))
     return runs
-
-
-def _scenario_admission(batch) -> str | None:
-    """The policy a scenario's own admission: sections use, when they all use one."""
-    policies = {str(g.admission.policy) for g in batch.groups if g.admission is not None}
-    return policies.pop() if len(policies) == 1 else None
 
 
 def _simulate(batch, config, admission: str | None, quiet: bool):

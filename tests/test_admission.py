@@ -151,9 +151,14 @@ BATCH = {
 }
 
 
-def start_order(batch: dict, policy: str | None) -> list[str]:
+def simulate(batch: dict, policy: str | None = None):
+    """DRF in the simulator, admitting by `policy` (None: the scenario's own sections)."""
     config = AdmissionConfig(Policy(policy)) if policy else None
-    result = BatchSimulator(parse_batch(batch), EngineConfig("drf"), admission=config).run()
+    return BatchSimulator(parse_batch(batch), EngineConfig("drf"), admission=config).run()
+
+
+def start_order(batch: dict, policy: str | None) -> list[str]:
+    result = simulate(batch, policy)
     return [j.name for j in sorted(result.jobs, key=lambda j: (j.started, j.name))]
 
 
@@ -167,6 +172,52 @@ def test_simulator_admits_in_policy_order():
     # declaration order). At t = 0 j3 has not arrived, so the turn goes to MQ's j1 (infinite
     # quantum: no deadline in MQ), then to j3, then LQ.
     assert start_order(BATCH, "wfq") == ["g-q0-j1", "g-q0-j3", "g-q0-j0", "g-q0-j2"]
+
+
+def quantum_batch() -> dict:
+    """One turn, room for four jobs side by side, six 40 s jobs under wfq with lambda 1:
+    HQ = floor(6/3) + 1 = 3 jobs (priority 4, deadlines 40, 20, 30), MQ = floor(3/2) = 1
+    (priority 2, deadline 100), LQ = 2 (priority 1). TQ_H = floor(40 / 2^2) = 10 s and
+    TQ_M = floor(100 / 2^1) = 50 s."""
+    return {
+        "name": "quantum",
+        "agents": [{"name": "a1", "resources": {"cpus": 16, "mem": 16384}}],
+        "groups": [
+            {
+                "name": "g",
+                "queues": 1,
+                "jobs_per_queue": 6,
+                "demand": {"cpus": 4, "mem": 1024},
+                "executors": 1,
+                "job": {"work": 40, "startup_s": 0, "executor_start_s": 0, "serial_s": 0},
+                "admission": {"policy": "wfq", "lambda": 1, "alpha1": 2, "alpha2": 1},
+                "jobs": [
+                    {"priority": 1},
+                    {"priority": 4, "deadline_s": 40},
+                    {"priority": 4, "deadline_s": 20},
+                    {"priority": 4, "deadline_s": 30},
+                    {"priority": 2, "deadline_s": 100},
+                    {"priority": 1},
+                ],
+            }
+        ],
+    }
+
+
+def test_simulated_quantum_hands_the_turn_on_while_the_job_runs():
+    jobs = {j.name: j for j in simulate(quantum_batch()).jobs}
+    first, second, third, mq, lq0, lq1 = (jobs[f"g-q0-j{k}"] for k in (2, 3, 1, 4, 0, 5))
+    # HQ in deadline order (20, 30, 40), one every TQ_H = 10 s, then MQ when HQ is empty.
+    assert [first.started, second.started, third.started, mq.started] == [0, 10, 20, 30]
+    # Each HQ job is still running when its successor takes the turn (a job takes > 40 s).
+    assert first.finished > second.started and second.finished > third.started
+    assert third.finished > mq.started
+    # Four jobs at once on one turn: at t = 30 none of the four has finished.
+    assert min(j.finished for j in (first, second, third, mq)) > 30
+    # MQ's job ends inside its 50 s quantum, so it holds the turn to its end; LQ is FCFS
+    # and holds its turns to the end.
+    assert mq.finished < 30 + 50
+    assert lq0.started == mq.finished and lq1.started == lq0.finished
 
 
 def test_simulated_turnaround_counts_from_arrival():
@@ -188,9 +239,14 @@ def test_group_admission_section_and_sim_cli(tmp_path: Path):
     done = run_fairbroker("sim", str(path), "--compare", "--json", "-s", "drf")
     assert done.returncode == 0, done.stderr
     runs = yaml.safe_load(done.stdout)["runs"]
-    labels = {(r["scheduler"], r["mode"], r["admission"]) for r in runs}
+    rows = [(r["scheduler"], r["mode"], r["admission"]) for r in runs]
+    labels = set(rows)
+    assert len(rows) == len(labels), rows  # no row twice (the scenario's wfq is not rerun)
     assert ("fuga", "characterized", "wfq") in labels  # the scenario's own policy
-    assert {("drf", "characterized", p) for p in ("fcfs", "sjf")} <= labels
+    assert {("drf", "characterized", p) for p in ("fcfs", "sjf", "wfq")} <= labels
+    # Every compared scheduler in both modes under the scenario's wfq, plus drf/characterized
+    # under the two other policies.
+    assert len(rows) == 2 * len({r[0] for r in rows}) + 2
 
 
 @pytest.mark.parametrize(
@@ -287,3 +343,36 @@ def test_live_runner_admits_in_policy_order(tmp_path: Path, policy, expected):
     by_start = sorted(result.jobs, key=lambda j: j.submitted_s)
     assert all(b.submitted_s >= a.ended_s for a, b in itertools.pairwise(by_start))
     assert [c["conf"]["spark.app.name"] for c in submit.calls] == expected
+
+
+def test_live_runner_hands_the_turn_on_after_the_quantum(tmp_path: Path):
+    # n = 4, lambda 1: HQ = floor(4/3) + 1 = 2 (j0, deadline 2; j1, deadline 4), MQ =
+    # floor(2/2) = 1 (j2, no deadline: infinite quantum), LQ = 1 (j3). TQ_H = floor(4/4) = 1 s.
+    batch = live_batch()
+    batch["groups"][0]["jobs"] = [
+        {"priority": 4, "deadline_s": 2},
+        {"priority": 4, "deadline_s": 4},
+        {"priority": 2},
+        {"priority": 1},
+    ]
+    # The HQ jobs run 3 s, three quanta.
+    submit = FakeSubmit(tmp_path, {f"pi-q0-j{k}": {"FAKE_SLEEP": "3"} for k in (0, 1)})
+    result = run_live_batch(
+        parse_batch(batch),
+        broker="127.0.0.1:1",
+        snapshot=None,
+        workdir=tmp_path / "work",
+        progress=False,
+        # Longer than the batch: the runner must wake for the quantum's end by itself.
+        sample_interval=60,
+        submit=submit,
+        admission=AdmissionConfig(Policy.WFQ, lam=1, alpha1=2, alpha2=1),
+    )
+    assert all(j.ok for j in result.jobs), result.render_summary()
+    j0, j1, j2, j3 = sorted(result.jobs, key=lambda j: j.submitted_s)
+    assert [j.name for j in (j0, j1, j2, j3)] == [f"pi-q0-j{k}" for k in range(4)]
+    # j1 takes the turn when j0's 1 s quantum ends, while j0 still runs; j2 (MQ) when j1's
+    # quantum ends, while j1 still runs; j3 (LQ) only after j2, whose quantum is infinite.
+    assert 1.0 <= j1.submitted_s < j0.ended_s
+    assert 2.0 <= j2.submitted_s < j1.ended_s
+    assert j3.submitted_s >= j2.ended_s

@@ -10,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import run_fairbroker
 
 from allocator.backends.base import AgentInfo, ExecutorState, LaunchSpec, TaskStatus
 from allocator.broker.client import BrokerCallError, BrokerClient
@@ -362,6 +363,35 @@ def test_grpc_errors_name_the_problem(service) -> None:
         assert (info.scheduler, info.mode) == ("drf", "oblivious")
         with pytest.raises(BrokerCallError, match=r"unknown .fifo."):
             client.configure(scheduler="fifo")
+
+
+def test_configure_switches_a_running_broker_to_fuga_and_it_allocates(service) -> None:
+    """`fairbroker configure --scheduler fuga` against a running broker (the same path as
+    `serve --scheduler fuga`: the engine looks the scheduler up by name), then tenants get
+    their executors from FUGA's placement, within every agent's capacity."""
+    done = run_fairbroker(
+        "configure", "--broker", service.http_address, "--token", "s3cret", "--scheduler", "fuga"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "scheduler fuga, characterized mode, fuga selection"
+    # Three executors each: 3 x (1 cpu, 1792 MiB) and 3 x (2 cpus, 1024 MiB) fit together on
+    # t1-t3 whichever tenant the broker serves first (checked by hand over the placements).
+    with BrokerClient(service.grpc_address, token="s3cret") as client:
+        client.register(request("wc", WORDCOUNT, target=3))
+        client.register(request("pi", PI, target=3))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            allocation = client.allocation()
+            if sorted(t.running for t in allocation.tenants) == [3, 3]:
+                break
+            time.sleep(0.05)
+    assert (allocation.broker.scheduler, allocation.broker.selection) == ("fuga", "fuga")
+    assert {t.tenant_id: t.running for t in allocation.tenants} == {"wc": 3, "pi": 3}
+    where = placed(service.broker.backend)
+    assert {tenant: sum(on.values()) for tenant, on in where.items()} == {"wc": 3, "pi": 3}
+    for agent in AGENTS:
+        for r, v in used(service.broker.backend).get(agent.name, {}).items():
+            assert v <= agent.resources[r] + 1e-9
 
 
 def test_agents_come_and_go_with_the_backend() -> None:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from allocator.errors import ScenarioError
 from allocator.filling import progressive_fill
 from allocator.policy import Selection, scheduler
+from allocator.policy.base import max_ratio
 from allocator.policy.fuga import (
     Fuga,
     FugaParams,
@@ -91,9 +92,49 @@ def test_example_equilibrium_server_2_third_server_1_second(lam):
     users = np.ones(3, dtype=bool)
     choice = _solve_block(order, np.zeros((3, 3)), VM, np.arange(3), np.ones(3), users, total, lam)
     assert choice == (2, 1)  # server 2 its 3rd combination, server 1 its 2nd
-    # Dominant shares after (0,3,0) on server 2 and (1,0,1) on server 1: 2/7, 3/8, 1/4.
-    shares = np.array([2 / 7, 3 / 8, 1 / 4])
-    assert fairness_deviation(shares) == pytest.approx(shares.std() / shares.mean())
+    # The users' allocations under that profile, and their dominant shares of the idle
+    # resources (8, 14, 90): VM 1 (2,4,20) -> 4/14 = 2/7, VM 2 3x(1,1,10) -> 3/8, VM 3
+    # (2,2,10) -> 2/8 = 1/4 (by hand).
+    alloc = sum(s.counts[c][:, None] * VM for s, c in zip(order, choice, strict=True))
+    shares = max_ratio(alloc, total)
+    assert shares == pytest.approx([2 / 7, 3 / 8, 1 / 4])
+    mean = (2 / 7 + 3 / 8 + 1 / 4) / 3
+    std = np.sqrt(((2 / 7 - mean) ** 2 + (3 / 8 - mean) ** 2 + (1 / 4 - mean) ** 2) / 3)
+    assert fairness_deviation(shares) == pytest.approx(std / mean)
+
+
+def example_state() -> AllocationState:
+    """Fig. 2 as a cluster: the servers' initial spaces, already used so that the idle
+    resources are (4, 8, 40) and (4, 6, 50), and one framework per VM type."""
+    cluster = make_cluster(
+        [list(space) for space in SPACE], VM.tolist(), resources=("cpus", "mem", "disk")
+    )
+    state = AllocationState(cluster)
+    busy = np.array(SPACE) - np.array(IDLE)  # held by no framework of the fill
+    state.load(np.zeros((3, 2), dtype=np.int64), np.zeros(3), busy)
+    return state
+
+
+@pytest.mark.parametrize("lam", [0.2, 1.0, 10.0])
+def test_example_equilibrium_through_the_scheduler(lam):
+    """The same equilibrium from FUGA's selector in a progressive fill: its first planning
+    round grants (0,3,0) on server 2, which moves first, then (1,0,1) on server 1."""
+    state = example_state()
+    rng = np.random.default_rng(0)
+    grants = progressive_fill(state, Fuga(FugaParams(lam=lam)), Selection.FUGA, rng)
+    first = [(g.framework, g.agent) for g in grants[:5]]
+    assert first[:3] == [(1, 1)] * 3  # server 2 (agent 1) first: 3 x VM 2
+    assert sorted(first[3:]) == [(0, 0), (2, 0)]  # server 1: VM 1 and VM 3
+    # Server 1 is then full for every type; server 2's (1, 3, 20) left holds one more VM 2,
+    # which the next round grants.
+    assert [(g.framework, g.agent) for g in grants[5:]] == [(1, 1)]
+    assert state.tasks.T.tolist() == [[1, 0, 1], [0, 4, 0]]
+    # Dominant shares of the whole cluster (14, 36, 220) after the first round, by hand:
+    # VM 1 max(2/14, 4/36, 20/220) = 1/7, VM 2 3/14, VM 3 2/14 = 1/7.
+    after_round = np.zeros((3, 3))
+    for framework, _ in first:
+        after_round[framework] += VM[framework]
+    assert max_ratio(after_round, state.cluster.total) == pytest.approx([1 / 7, 3 / 14, 1 / 7])
 
 
 def test_example_without_fairness_each_server_takes_its_least_skewed():
