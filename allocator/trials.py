@@ -176,13 +176,16 @@ def run_trials(
         rng = np.random.default_rng([seed, t])
         bar = _FillProgress(state, f"{chosen.title} fill", progress)
         try:
+            # One grant past the limit tells a fill that needs more than max_grants from
+            # one that finishes in exactly max_grants (which is not stopped).
+            limit = None if max_grants is None else max_grants + 1
             progressive_fill(state, chosen.criterion(), selection, rng, ties,
-                             max_grants=max_grants, on_grant=bar, keep=False)  # fmt: skip
+                             max_grants=limit, on_grant=bar, keep=False)  # fmt: skip
         finally:
             bar.close()
-        if max_grants is not None and bar.grants >= max_grants:
+        if max_grants is not None and bar.grants > max_grants:
             raise FillLimitError(
-                f"--max-grants: the fill was stopped after {bar.grants:,} grants and was not "
+                f"--max-grants: the fill was stopped after {max_grants:,} grants and was not "
                 "finished; check that demand and capacity use the same units, or raise it"
             )
         grants += bar.grants

@@ -129,3 +129,14 @@ def test_json_leaves_out_a_large_matrix_and_says_why(tmp_path):
 def test_max_grants_stops_a_runaway_fill(tmp_path):
     done = run_fairbroker("fill", _scenario(tmp_path, 2, 50), "-s", "drf", "--max-grants", "10")
     one_line_error(done, "--max-grants: the fill was stopped after 10 grants")
+
+
+def test_max_grants_equal_to_a_complete_fill_is_not_a_stop():
+    # rPS-DSF fills the paper example with x = [[19, 2], [2, 19]]: 42 grants in all.
+    example = "allocator/data/paper002-example.yaml"
+    done = run_fairbroker("fill", example, "-s", "rpsdsf", "--max-grants", "42", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["grants"] == 42 and out["total"]["mean"] == 42
+    one_line_error(run_fairbroker("fill", example, "-s", "rpsdsf", "--max-grants", "41"),
+                   "--max-grants: the fill was stopped after 41 grants")  # fmt: skip
