@@ -221,6 +221,12 @@ def test_exponent_numbers_are_numbers(tmp_path):
          "app: {kind: pi, partitons: 2}}]\n", "sim",
          "partitons: unknown field (did you mean partitions?)"),
         ("bad.json", '{"agents": [}', "fill", "malformed JSON at line 1, column 13"),
+        ("kind.yaml", "kind: trac\nagents: []\n", "fill", "kind.yaml: kind: unknown 'trac' "
+         "(did you mean trace?)"),
+        ("trace.yaml", "kind: trace\nhorizon_s: 1\n", "fill", "trace.yaml: a trace scenario "
+         "(kind: trace); run it with `fairbroker sim`"),
+        ("batch.yaml", "agents: [{name: s1, resources: {cpus: 1}}]\ngroups: []\n", "fill",
+         "batch.yaml: a job batch (groups); run it with `fairbroker sim`"),
     ],
 )  # fmt: skip
 def test_scenario_messages_name_the_problem(tmp_path, name, text, command, expected):
