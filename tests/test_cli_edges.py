@@ -271,3 +271,40 @@ def test_submit_options_before_the_separator_reach_spark_without_it():
     argv = done.stdout.split()
     assert "--" not in argv and argv[-2:] == ["app.py", "4"]
     assert "640m" in argv
+
+
+@pytest.mark.parametrize("option", ["--port", "--grpc-port", "--metrics-port"])
+def test_a_port_taken_after_the_preflight_is_the_same_one_line_error(tmp_path, monkeypatch,
+                                                                     option):  # fmt: skip
+    """The race the pre-flight cannot close: the port is free when checked and taken when the
+    server binds. Simulated by letting the first (pre-flight) check pass while it is taken."""
+    import signal
+
+    from allocator import serve
+    from allocator.listen_check import ListenError
+    from allocator.serve_config import ServeConfig
+
+    real, calls = serve.check_can_listen, []
+
+    def preflight_misses_it(host, ports):
+        calls.append(ports)
+        if len(calls) > 1:
+            real(host, ports)
+
+    monkeypatch.setattr(serve, "check_can_listen", preflight_misses_it)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ports = {"port": 0, "grpc_port": 0, "metrics_port": 0}
+        ports[option.removeprefix("--").replace("-", "_")] = port
+        config = ServeConfig(state_dir=tmp_path / "state", **ports)
+        try:
+            with pytest.raises(ListenError) as error:
+                serve.run(config)
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+    assert str(error.value) == f"port {port} on 127.0.0.1 is in use (another broker?); see {option}"
+    assert len(calls) == 2  # the pre-flight, then the check after the failed bind
