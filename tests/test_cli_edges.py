@@ -308,3 +308,12 @@ def test_a_port_taken_after_the_preflight_is_the_same_one_line_error(tmp_path, m
                 signal.signal(sig, handler)
     assert str(error.value) == f"port {port} on 127.0.0.1 is in use (another broker?); see {option}"
     assert len(calls) == 2  # the pre-flight, then the check after the failed bind
+
+
+@pytest.mark.parametrize("command", ["status", "configure"])
+@pytest.mark.parametrize("address", ["nonsense", "127.0.0.1", "127.0.0.1:", "127.0.0.1:x",
+                                     "127.0.0.1:99999", "127.0.0.1:0"])  # fmt: skip
+def test_status_and_configure_want_host_and_port(command, address):
+    args = ["--mode", "oblivious"] if command == "configure" else []
+    done = run_fairbroker(command, "--broker", address, *args)
+    one_line_error(done, f"--broker: expected HOST:PORT (e.g. 127.0.0.1:7080), got {address!r}")
