@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from allocator import fast_fill
 from allocator.errors import FairbrokerError
 from allocator.filling import progressive_fill
 from allocator.model import Cluster
@@ -130,10 +131,19 @@ class _FillProgress:
 
     def __call__(self, grant: Grant) -> None:
         self.grants += 1
-        if self.grants % PROGRESS_EVERY == 0 and not self.bar.disable:
+        if self.grants % PROGRESS_EVERY == 0:
+            self.show()
+
+    def show(self) -> None:
+        if not self.bar.disable:
             filled = float((self.state.alloc.sum(axis=0) / self.total).max())
             self.bar.update(max(0, int(filled * 1000) - self.bar.n))
             self.bar.set_postfix_str(f"{self.grants:,} grants", refresh=False)
+
+    def at(self, grants: int) -> None:
+        """Progress from a fill that counts its own grants (fast_fill)."""
+        self.grants = grants
+        self.show()
 
     def close(self) -> None:
         self.bar.close()
@@ -179,8 +189,12 @@ def run_trials(
             # One grant past the limit tells a fill that needs more than max_grants from
             # one that finishes in exactly max_grants (which is not stopped).
             limit = None if max_grants is None else max_grants + 1
-            progressive_fill(state, chosen.criterion(), selection, rng, ties,
-                             max_grants=limit, on_grant=bar, keep=False)  # fmt: skip
+            criterion = chosen.criterion()
+            if fast_fill.applies(state, criterion, selection, ties):  # the same grants, faster
+                bar.grants = fast_fill.fast_fill(state, rng, limit, bar.at, PROGRESS_EVERY)
+            else:
+                progressive_fill(state, criterion, selection, rng, ties,
+                                 max_grants=limit, on_grant=bar, keep=False)  # fmt: skip
         finally:
             bar.close()
         if max_grants is not None and bar.grants > max_grants:

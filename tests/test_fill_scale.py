@@ -140,3 +140,61 @@ def test_max_grants_equal_to_a_complete_fill_is_not_a_stop():
     assert out["grants"] == 42 and out["total"]["mean"] == 42
     one_line_error(run_fairbroker("fill", example, "-s", "rpsdsf", "--max-grants", "41"),
                    "--max-grants: the fill was stopped after 41 grants")  # fmt: skip
+
+
+def _fast_fill_cluster(rng: np.random.Generator, equal: bool):
+    n_a, n_f, n_r = int(rng.integers(1, 40)), int(rng.integers(1, 9)), int(rng.integers(1, 4))
+    if equal:  # every framework alike: exact ties at every step
+        capacity, demand = np.full((n_a, n_r), 4.0), np.ones((n_f, n_r))
+    else:
+        scale = rng.choice([1.0, 0.1, 3e8], n_r)  # units per resource, shares in floats
+        capacity = rng.integers(0, 30, (n_a, n_r)) * scale
+        demand = rng.integers(0, 6, (n_f, n_r)) * scale
+        demand[demand.sum(axis=1) == 0, 0] = scale[0]
+    eligible = rng.random((n_f, n_a)) < 0.8 if rng.random() < 0.5 else None
+    limits = [float(rng.integers(0, 20)) if rng.random() < 0.3 else float("inf")
+              for _ in range(n_f)]  # fmt: skip
+    weight = rng.choice([1.0, 2.0, 0.3], n_f).tolist()
+    return make_cluster(capacity.tolist(), demand.tolist(), weight,
+                        None if eligible is None else eligible.tolist(), limits,
+                        resources=("cpus", "mem", "gpus")[:n_r])  # fmt: skip
+
+
+@pytest.mark.parametrize("case", range(150))
+def test_fast_fill_makes_the_generic_fills_grants_in_order(case):
+    from allocator import fast_fill
+
+    rng = np.random.default_rng(case)
+    cluster = _fast_fill_cluster(rng, equal=case % 5 == 0)
+    max_grants = int(rng.integers(1, 60)) if case % 7 == 0 else None
+    generic = AllocationState(cluster)
+    drf, draws = scheduler("drf").criterion(), np.random.default_rng([case, 1])
+    expected = progressive_fill(generic, drf, "rrr", draws, max_grants=max_grants)
+    fast, seen = AllocationState(cluster), []
+    assert fast_fill.applies(fast, scheduler("drf").criterion(), "rrr", "random")
+    count = fast_fill.fast_fill(fast, np.random.default_rng([case, 1]), max_grants, record=seen)
+    assert seen == [(g.framework, g.agent) for g in expected]
+    assert count == len(expected)
+    for name in ("tasks", "count", "alloc", "residual", "wanting"):
+        before, after = getattr(generic, name), getattr(fast, name)
+        before, after = (before(), after()) if callable(before) else (before, after)
+        assert np.array_equal(before, after), name  # bit for bit, not approximately
+    assert np.array_equal(generic.changed_at, fast.changed_at) and generic.changes == fast.changes
+
+
+def test_fast_fill_is_only_used_where_it_is_the_same_fill(example):
+    from allocator import fast_fill
+    from allocator.policy.drf import DRF
+
+    drf = scheduler("drf").criterion()
+    assert fast_fill.applies(AllocationState(example), drf, "rrr", "random")
+    assert not fast_fill.applies(AllocationState(example, "oblivious"), drf, "rrr", "random")
+    assert not fast_fill.applies(AllocationState(example), drf, "random", "random")
+    assert not fast_fill.applies(AllocationState(example), drf, "rrr", "waste")
+    assert not fast_fill.applies(AllocationState(example), scheduler("tsf").criterion(), "rrr",
+                                 "random")  # fmt: skip
+    assert not fast_fill.applies(AllocationState(example), type("Sub", (DRF,), {})(), "rrr",
+                                 "random")  # fmt: skip
+    used = AllocationState(example)
+    used.grant(0, 0)
+    assert not fast_fill.applies(used, drf, "rrr", "random")
