@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +23,16 @@ from allocator.state import AllocationState, Grant, Mode
 JSON_MATRIX_PAIRS = 10_000
 #: Progress is updated every this many grants (reading the allocation costs O(F R)).
 PROGRESS_EVERY = 2_000
+#: A fill's progress bar appears after this many seconds (FAIRBROKER_PROGRESS_DELAY).
+PROGRESS_DELAY_ENV = "FAIRBROKER_PROGRESS_DELAY"
+
+
+def _progress_delay() -> float:
+    try:
+        delay = float(os.environ.get(PROGRESS_DELAY_ENV, "1"))
+    except ValueError:
+        return 1.0
+    return delay if math.isfinite(delay) and delay >= 0 else 1.0
 
 
 class FillLimitError(FairbrokerError):
@@ -119,15 +131,17 @@ class FillSummary:
 
 class _FillProgress:
     """A progress bar for one long fill: the share of the most allocated resource, which is
-    what ends a fill, so tqdm's remaining-time estimate follows it. Shown after 1 s."""
+    what ends a fill, so tqdm's remaining-time estimate follows it. Shown after 1 s (or
+    $FAIRBROKER_PROGRESS_DELAY seconds)."""
 
     def __init__(self, state: AllocationState, desc: str, enabled: bool) -> None:
         self.state = state
         self.grants = 0
         self.total = np.where(state.cluster.total > 0, state.cluster.total, np.inf)
-        self.bar = tqdm(total=1000, desc=desc, disable=not enabled, leave=False, delay=1.0,
-                        file=sys.stderr, bar_format="{desc}: {percentage:3.0f}% of the "
-                        "bottleneck resource |{bar}| [{elapsed}<{remaining}]{postfix}")  # fmt: skip
+        self.bar = tqdm(total=1000, desc=desc, disable=not enabled, leave=False,
+                        delay=_progress_delay(), file=sys.stderr,
+                        bar_format="{desc}: {percentage:3.0f}% of the bottleneck resource "
+                        "|{bar}| [{elapsed}<{remaining}]{postfix}")  # fmt: skip
 
     def __call__(self, grant: Grant) -> None:
         self.grants += 1

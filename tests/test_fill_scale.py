@@ -4,6 +4,7 @@ guards. The wall-time and memory targets live in benchmarks/bench_fill_scale.py.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -198,3 +199,73 @@ def test_fast_fill_is_only_used_where_it_is_the_same_fill(example):
     used = AllocationState(example)
     used.grant(0, 0)
     assert not fast_fill.applies(used, drf, "rrr", "random")
+
+
+def _run_on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    """Run the command with stderr on a pseudo-terminal (progress is shown only on one):
+    exit code, stdout, and everything written to the terminal."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    main, side = pty.openpty()
+    # a terminal 120 columns wide (a fresh pty has 0, and tqdm then draws nothing)
+    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from allocator.cli import main; main()", *args],
+        stdout=subprocess.PIPE,
+        stderr=side,
+        env=env,
+    )  # fmt: skip  (stdout stays small: --no-matrix)
+    os.close(side)
+    seen = b""
+    try:
+        while True:  # read until the child has exited and closed the terminal (EIO)
+            ready, _, _ = select.select([main], [], [], 120)
+            assert ready, "no output and no exit within 120 s"
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        stdout = process.stdout.read().decode()
+        code = process.wait(timeout=60)
+    finally:
+        process.stdout.close()
+        os.close(main)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return code, stdout, seen.decode(errors="replace")
+
+
+@pytest.mark.parametrize(("scheduler_name", "size"), [("drf", 200), ("tsf", 50)])
+def test_a_long_fill_shows_its_progress_on_a_terminal(tmp_path, scheduler_name, size):
+    """drf takes the fast path (200,000 grants), tsf the generic one (50,000)."""
+    import os
+
+    data = {"agents": [{"name": f"a{i}", "resources": {"cpus": size, "mem": size}}
+                       for i in range(1000)],
+            "frameworks": [{"name": f"f{n}", "demand": {"cpus": 1, "mem": 1}}
+                           for n in range(5)]}  # fmt: skip
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(data))
+    args = ["fill", str(path), "-s", scheduler_name, "--json", "--no-optimum", "--no-matrix"]
+    env = dict(os.environ, FAIRBROKER_PROGRESS_DELAY="0")  # shown from the start
+    code, stdout, terminal = _run_on_a_terminal(args, env)
+    assert code == 0, terminal
+    # the share of the bottleneck resource and tqdm's estimate of the rest
+    assert "fill: " in terminal and "% of the bottleneck resource" in terminal, terminal
+    assert re.search(r"\[\d\d:\d\d<\d\d:\d\d\]", terminal), terminal  # elapsed<remaining
+    assert re.search(r"[\d,]+ grants", terminal), terminal
+    quiet = run_fairbroker(*args, "--quiet")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert stdout == quiet.stdout  # the bar goes to the terminal only; stdout is the same
+    assert json.loads(stdout)["grants"] == 1000 * size
