@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import urllib.error
 import urllib.request
 from typing import Any
@@ -112,9 +113,22 @@ class HttpBrokerClient:
         pass
 
 
+_HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")  # as submit's
+
+
+def check_host_port(address: str) -> None:
+    """`--broker` is HOST:PORT with a port in 1-65535 ([v6]:PORT for an IPv6 address)."""
+    match = _HOST_PORT.match(address)
+    if not match or not 0 < int(match.group(2)) < 65536:
+        raise BrokerAddressError(
+            f"--broker: expected HOST:PORT (e.g. 127.0.0.1:{DEFAULT_HTTP_PORT}), got {address!r}"
+        )
+
+
 def api_client(address: str, token: str | None):
     """A client for `status`/`configure`: HTTP if the address is the broker's HTTP port,
     gRPC otherwise (its errors name the address when nothing answers)."""
+    check_host_port(address)
     if is_http_broker(address):
         return HttpBrokerClient(address, token)
     from allocator.broker.client import BrokerClient

@@ -65,10 +65,24 @@ def _first_error(error: ValidationError, model: type[BaseModel] | None = None) -
     return f"{where}: {message}" if where else message
 
 
+def _refuse_other_kinds(data: dict) -> None:
+    """A trace (`kind:`) or job batch (`groups:`) given where a static scenario is read: say
+    which it is (or that its kind is misspelt) rather than that `agents` is missing."""
+    if "kind" in data:
+        kind = data["kind"]
+        if kind == "trace":
+            raise ScenarioError("a trace scenario (kind: trace); run it with `fairbroker sim`")
+        hint = did_you_mean(str(kind), ["trace"]) or " (the only kind is trace)"
+        raise ScenarioError(f"kind: unknown {kind!r}{hint}; a static scenario has no kind")
+    if "groups" in data and "frameworks" not in data:
+        raise ScenarioError("a job batch (groups); run it with `fairbroker sim`")
+
+
 def parse_scenario(data: Any) -> Cluster:
     """Validate a scenario given as plain data (dicts and lists)."""
     if not isinstance(data, dict):
         raise ScenarioError("scenario: expected a mapping with 'agents' and 'frameworks'")
+    _refuse_other_kinds(data)
     try:
         spec = ScenarioSpec.model_validate(data)
     except ValidationError as error:

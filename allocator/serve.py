@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -12,7 +13,7 @@ import click
 
 from allocator.backends.base import Backend
 from allocator.broker.server import BrokerOptions, BrokerService
-from allocator.listen_check import check_can_listen
+from allocator.listen_check import ListenError, check_can_listen
 from allocator.serve_config import ConfigError, ServeConfig
 
 
@@ -66,6 +67,19 @@ def mesos_backend(config: ServeConfig, options: BrokerOptions) -> Backend:
     )  # fmt: skip
 
 
+def _bind_failure(error: Exception, host: str, ports: list[tuple[str, int | None]]) -> Exception:
+    """A server failed to start after the pre-flight check passed: a port was taken in
+    between (or the address went away). The same one-line answer as the pre-flight when the
+    check now sees it; otherwise the error itself (not a listening problem)."""
+    try:
+        check_can_listen(host, ports)
+    except ListenError as found:
+        return found
+    if getattr(error, "errno", None) in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+        return ListenError(f"cannot listen on {host}: {error.strerror or error}")
+    return error
+
+
 def run(config: ServeConfig) -> None:
     """Serve until SIGTERM/SIGINT, then stop: with `config.teardown` every executor is
     stopped (Mesos: the framework is torn down), otherwise the Mesos framework fails over
@@ -75,16 +89,23 @@ def run(config: ServeConfig) -> None:
     )
     config.check_runtime()
     options = broker_options(config)
-    check_can_listen(options.host, [
+    ports: list[tuple[str, int | None]] = [
         ("--port", options.http_port), ("--grpc-port", options.grpc_port),
         ("--metrics-port", options.metrics_port),
-    ])  # fmt: skip
+    ]  # fmt: skip
+    check_can_listen(options.host, ports)
     backend = mesos_backend(config, options) if config.backend == "mesos" else None
-    service = BrokerService(options, backend=backend)
+    try:
+        service = BrokerService(options, backend=backend)
+    except (OSError, RuntimeError) as error:  # gRPC's failed bind is a RuntimeError
+        raise _bind_failure(error, options.host, ports) from None
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
-    service.start()
+    try:
+        service.start()
+    except OSError as error:
+        raise _bind_failure(error, options.host, ports) from None
     metrics = f"http://{service.metrics_address}/metrics" if service.metrics_address else "off"
     click.echo(
         f"fairbroker: serving on http://{service.http_address} (Spark master "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,6 +11,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from allocator import fast_fill
 from allocator.errors import FairbrokerError
 from allocator.filling import progressive_fill
 from allocator.model import Cluster
@@ -20,6 +23,16 @@ from allocator.state import AllocationState, Grant, Mode
 JSON_MATRIX_PAIRS = 10_000
 #: Progress is updated every this many grants (reading the allocation costs O(F R)).
 PROGRESS_EVERY = 2_000
+#: A fill's progress bar appears after this many seconds (FAIRBROKER_PROGRESS_DELAY).
+PROGRESS_DELAY_ENV = "FAIRBROKER_PROGRESS_DELAY"
+
+
+def _progress_delay() -> float:
+    try:
+        delay = float(os.environ.get(PROGRESS_DELAY_ENV, "1"))
+    except ValueError:
+        return 1.0
+    return delay if math.isfinite(delay) and delay >= 0 else 1.0
 
 
 class FillLimitError(FairbrokerError):
@@ -118,22 +131,33 @@ class FillSummary:
 
 class _FillProgress:
     """A progress bar for one long fill: the share of the most allocated resource, which is
-    what ends a fill, so tqdm's remaining-time estimate follows it. Shown after 1 s."""
+    what ends a fill, so tqdm's remaining-time estimate follows it. Shown after 1 s (or
+    $FAIRBROKER_PROGRESS_DELAY seconds)."""
 
     def __init__(self, state: AllocationState, desc: str, enabled: bool) -> None:
         self.state = state
         self.grants = 0
         self.total = np.where(state.cluster.total > 0, state.cluster.total, np.inf)
-        self.bar = tqdm(total=1000, desc=desc, disable=not enabled, leave=False, delay=1.0,
-                        file=sys.stderr, bar_format="{desc}: {percentage:3.0f}% of the "
-                        "bottleneck resource |{bar}| [{elapsed}<{remaining}]{postfix}")  # fmt: skip
+        self.bar = tqdm(total=1000, desc=desc, disable=not enabled, leave=False,
+                        delay=_progress_delay(), file=sys.stderr,
+                        bar_format="{desc}: {percentage:3.0f}% of the bottleneck resource "
+                        "|{bar}| [{elapsed}<{remaining}]{postfix}")  # fmt: skip
 
     def __call__(self, grant: Grant) -> None:
         self.grants += 1
-        if self.grants % PROGRESS_EVERY == 0 and not self.bar.disable:
+        if self.grants % PROGRESS_EVERY == 0:
+            self.show()
+
+    def show(self) -> None:
+        if not self.bar.disable:
             filled = float((self.state.alloc.sum(axis=0) / self.total).max())
             self.bar.update(max(0, int(filled * 1000) - self.bar.n))
             self.bar.set_postfix_str(f"{self.grants:,} grants", refresh=False)
+
+    def at(self, grants: int) -> None:
+        """Progress from a fill that counts its own grants (fast_fill)."""
+        self.grants = grants
+        self.show()
 
     def close(self) -> None:
         self.bar.close()
@@ -176,13 +200,20 @@ def run_trials(
         rng = np.random.default_rng([seed, t])
         bar = _FillProgress(state, f"{chosen.title} fill", progress)
         try:
-            progressive_fill(state, chosen.criterion(), selection, rng, ties,
-                             max_grants=max_grants, on_grant=bar, keep=False)  # fmt: skip
+            # One grant past the limit tells a fill that needs more than max_grants from
+            # one that finishes in exactly max_grants (which is not stopped).
+            limit = None if max_grants is None else max_grants + 1
+            criterion = chosen.criterion()
+            if fast_fill.applies(state, criterion, selection, ties):  # the same grants, faster
+                bar.grants = fast_fill.fast_fill(state, rng, limit, bar.at, PROGRESS_EVERY)
+            else:
+                progressive_fill(state, criterion, selection, rng, ties,
+                                 max_grants=limit, on_grant=bar, keep=False)  # fmt: skip
         finally:
             bar.close()
-        if max_grants is not None and bar.grants >= max_grants:
+        if max_grants is not None and bar.grants > max_grants:
             raise FillLimitError(
-                f"--max-grants: the fill was stopped after {bar.grants:,} grants and was not "
+                f"--max-grants: the fill was stopped after {max_grants:,} grants and was not "
                 "finished; check that demand and capacity use the same units, or raise it"
             )
         grants += bar.grants

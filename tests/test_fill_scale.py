@@ -4,6 +4,7 @@ guards. The wall-time and memory targets live in benchmarks/bench_fill_scale.py.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -129,3 +130,142 @@ def test_json_leaves_out_a_large_matrix_and_says_why(tmp_path):
 def test_max_grants_stops_a_runaway_fill(tmp_path):
     done = run_fairbroker("fill", _scenario(tmp_path, 2, 50), "-s", "drf", "--max-grants", "10")
     one_line_error(done, "--max-grants: the fill was stopped after 10 grants")
+
+
+def test_max_grants_equal_to_a_complete_fill_is_not_a_stop():
+    # rPS-DSF fills the paper example with x = [[19, 2], [2, 19]]: 42 grants in all.
+    example = "allocator/data/paper002-example.yaml"
+    done = run_fairbroker("fill", example, "-s", "rpsdsf", "--max-grants", "42", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["grants"] == 42 and out["total"]["mean"] == 42
+    one_line_error(run_fairbroker("fill", example, "-s", "rpsdsf", "--max-grants", "41"),
+                   "--max-grants: the fill was stopped after 41 grants")  # fmt: skip
+
+
+def _fast_fill_cluster(rng: np.random.Generator, equal: bool):
+    n_a, n_f, n_r = int(rng.integers(1, 40)), int(rng.integers(1, 9)), int(rng.integers(1, 4))
+    if equal:  # every framework alike: exact ties at every step
+        capacity, demand = np.full((n_a, n_r), 4.0), np.ones((n_f, n_r))
+    else:
+        scale = rng.choice([1.0, 0.1, 3e8], n_r)  # units per resource, shares in floats
+        capacity = rng.integers(0, 30, (n_a, n_r)) * scale
+        demand = rng.integers(0, 6, (n_f, n_r)) * scale
+        demand[demand.sum(axis=1) == 0, 0] = scale[0]
+    eligible = rng.random((n_f, n_a)) < 0.8 if rng.random() < 0.5 else None
+    limits = [float(rng.integers(0, 20)) if rng.random() < 0.3 else float("inf")
+              for _ in range(n_f)]  # fmt: skip
+    weight = rng.choice([1.0, 2.0, 0.3], n_f).tolist()
+    return make_cluster(capacity.tolist(), demand.tolist(), weight,
+                        None if eligible is None else eligible.tolist(), limits,
+                        resources=("cpus", "mem", "gpus")[:n_r])  # fmt: skip
+
+
+@pytest.mark.parametrize("case", range(150))
+def test_fast_fill_makes_the_generic_fills_grants_in_order(case):
+    from allocator import fast_fill
+
+    rng = np.random.default_rng(case)
+    cluster = _fast_fill_cluster(rng, equal=case % 5 == 0)
+    max_grants = int(rng.integers(1, 60)) if case % 7 == 0 else None
+    generic = AllocationState(cluster)
+    drf, draws = scheduler("drf").criterion(), np.random.default_rng([case, 1])
+    expected = progressive_fill(generic, drf, "rrr", draws, max_grants=max_grants)
+    fast, seen = AllocationState(cluster), []
+    assert fast_fill.applies(fast, scheduler("drf").criterion(), "rrr", "random")
+    count = fast_fill.fast_fill(fast, np.random.default_rng([case, 1]), max_grants, record=seen)
+    assert seen == [(g.framework, g.agent) for g in expected]
+    assert count == len(expected)
+    for name in ("tasks", "count", "alloc", "residual", "wanting"):
+        before, after = getattr(generic, name), getattr(fast, name)
+        before, after = (before(), after()) if callable(before) else (before, after)
+        assert np.array_equal(before, after), name  # bit for bit, not approximately
+    assert np.array_equal(generic.changed_at, fast.changed_at) and generic.changes == fast.changes
+
+
+def test_fast_fill_is_only_used_where_it_is_the_same_fill(example):
+    from allocator import fast_fill
+    from allocator.policy.drf import DRF
+
+    drf = scheduler("drf").criterion()
+    assert fast_fill.applies(AllocationState(example), drf, "rrr", "random")
+    assert not fast_fill.applies(AllocationState(example, "oblivious"), drf, "rrr", "random")
+    assert not fast_fill.applies(AllocationState(example), drf, "random", "random")
+    assert not fast_fill.applies(AllocationState(example), drf, "rrr", "waste")
+    assert not fast_fill.applies(AllocationState(example), scheduler("tsf").criterion(), "rrr",
+                                 "random")  # fmt: skip
+    assert not fast_fill.applies(AllocationState(example), type("Sub", (DRF,), {})(), "rrr",
+                                 "random")  # fmt: skip
+    used = AllocationState(example)
+    used.grant(0, 0)
+    assert not fast_fill.applies(used, drf, "rrr", "random")
+
+
+def _run_on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    """Run the command with stderr on a pseudo-terminal (progress is shown only on one):
+    exit code, stdout, and everything written to the terminal."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    main, side = pty.openpty()
+    # a terminal 120 columns wide (a fresh pty has 0, and tqdm then draws nothing)
+    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from allocator.cli import main; main()", *args],
+        stdout=subprocess.PIPE,
+        stderr=side,
+        env=env,
+    )  # fmt: skip  (stdout stays small: --no-matrix)
+    os.close(side)
+    seen = b""
+    try:
+        while True:  # read until the child has exited and closed the terminal (EIO)
+            ready, _, _ = select.select([main], [], [], 120)
+            assert ready, "no output and no exit within 120 s"
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        stdout = process.stdout.read().decode()
+        code = process.wait(timeout=60)
+    finally:
+        process.stdout.close()
+        os.close(main)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return code, stdout, seen.decode(errors="replace")
+
+
+@pytest.mark.parametrize(("scheduler_name", "size"), [("drf", 200), ("tsf", 50)])
+def test_a_long_fill_shows_its_progress_on_a_terminal(tmp_path, scheduler_name, size):
+    """drf takes the fast path (200,000 grants), tsf the generic one (50,000)."""
+    import os
+
+    data = {"agents": [{"name": f"a{i}", "resources": {"cpus": size, "mem": size}}
+                       for i in range(1000)],
+            "frameworks": [{"name": f"f{n}", "demand": {"cpus": 1, "mem": 1}}
+                           for n in range(5)]}  # fmt: skip
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(data))
+    args = ["fill", str(path), "-s", scheduler_name, "--json", "--no-optimum", "--no-matrix"]
+    env = dict(os.environ, FAIRBROKER_PROGRESS_DELAY="0")  # shown from the start
+    code, stdout, terminal = _run_on_a_terminal(args, env)
+    assert code == 0, terminal
+    # the share of the bottleneck resource and tqdm's estimate of the rest
+    assert "fill: " in terminal and "% of the bottleneck resource" in terminal, terminal
+    assert re.search(r"\[\d\d:\d\d<\d\d:\d\d\]", terminal), terminal  # elapsed<remaining
+    assert re.search(r"[\d,]+ grants", terminal), terminal
+    quiet = run_fairbroker(*args, "--quiet")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert stdout == quiet.stdout  # the bar goes to the terminal only; stdout is the same
+    assert json.loads(stdout)["grants"] == 1000 * size
