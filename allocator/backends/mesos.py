@@ -737,12 +737,12 @@ class MesosBackend:
                 log.warning("subscribed, but the Mesos master has no agents")
             by_id = {a["id"]: a for a in slaves}
             for key in {t.agent_key for t in self._tasks.values()} - set(self._agents):
-                agent = by_id.get(key.split("@")[0])
+                agent = by_id.get(self._agent_id(key))  # agent ids may hold '@'
                 if agent is None:
                     continue
                 attrs = {k: str(v) for k, v in agent.get("attributes", {}).items()}
-                if "@" in key:
-                    attrs[ROLE_ATTRIBUTE] = key.split("@", 1)[1]
+                if len(self.options.roles) > 1:  # as for an offer: AGENT@ROLE, roles hold no '@'
+                    attrs[ROLE_ATTRIBUTE] = key.rsplit("@", 1)[1]
                 self._agents[key] = AgentInfo(key, agent.get("hostname", ""), {}, attrs)
                 self._report_capacity(key)
         self._emit()
