@@ -181,6 +181,88 @@ def test_grpc_takes_the_same_scheme_rules(service) -> None:
     assert error.value.code == "UNAUTHENTICATED"
 
 
+def _grpc_stub(service):
+    import grpc
+
+    from allocator.broker.proto import pb_grpc
+
+    # a connection of its own (channels to one address share one by default)
+    channel = grpc.insecure_channel(
+        service.grpc_address, options=[("grpc.use_local_subchannel_pool", 1)]
+    )
+    return channel, pb_grpc.TenantServiceStub(channel)
+
+
+def test_grpc_refuses_calls_beyond_its_concurrency_limit(service, monkeypatch) -> None:
+    """With the broker busy, the calls past MAX_CONCURRENT_RPCS in flight are refused at once
+    (RESOURCE_EXHAUSTED) and the ones within it are answered once the broker is free."""
+    import grpc
+
+    from allocator.broker import grpc_server
+    from allocator.broker.proto import pb
+
+    monkeypatch.setattr(grpc_server, "MAX_CALL_SECONDS", 120.0)
+    limit, extra = grpc_server.MAX_CONCURRENT_RPCS, 64
+    auth = (("authorization", f"Bearer {TOKEN}"),)
+    # several connections: one carries at most 100 streams at a time
+    stubs = [_grpc_stub(service) for _ in range(4)]
+    lock = service.broker._lock
+    lock.acquire()
+    try:
+        calls = [
+            stubs[i % 4][1].GetAllocation.future(pb.AllocationRequest(), metadata=auth, timeout=120)
+            for i in range(limit + extra)
+        ]
+        deadline = time.monotonic() + 60
+        while sum(c.done() for c in calls) < extra and time.monotonic() < deadline:
+            time.sleep(0.05)
+        refused = [c for c in calls if c.done()]
+        codes = {c.code() for c in refused}
+    finally:
+        lock.release()
+    try:
+        assert len(refused) == extra and codes == {grpc.StatusCode.RESOURCE_EXHAUSTED}
+        answered = [c for c in calls if c not in refused]
+        assert all(c.result(timeout=60) is not None for c in answered)
+        assert len(answered) == limit
+    finally:
+        for channel, _ in stubs:
+            channel.close()
+
+
+def test_grpc_bounds_a_call_by_its_own_deadline_and_then_does_nothing(service, monkeypatch):
+    """A call that cannot get the broker within the server's deadline (MAX_CALL_SECONDS, or
+    the client's if nearer) is answered DEADLINE_EXCEEDED by the server and changes nothing."""
+    import grpc
+
+    from allocator.broker import grpc_server
+    from allocator.broker.proto import pb
+
+    assert call(service, "Register", register_body("t1"))[0] == 200
+    monkeypatch.setattr(grpc_server, "MAX_CALL_SECONDS", 0.5)
+    auth = (("authorization", f"Bearer {TOKEN}"),)
+    channel, stub = _grpc_stub(service)
+    request = pb.SetTargetRequest(tenant_id="t1", total=3)
+    lock = service.broker._lock
+    lock.acquire()
+    try:
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as error:
+            stub.SetTarget(request, metadata=auth, timeout=30)
+        took = time.monotonic() - started
+    finally:
+        lock.release()
+    try:
+        assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert "nothing was done" in error.value.details()  # the server's answer
+        assert took < 20  # long before the client's own 30 s
+        assert service.broker.tenants["t1"].target == 0
+        stub.SetTarget(request, metadata=auth, timeout=30)  # the broker free: it is done
+        assert service.broker.tenants["t1"].target == 3
+    finally:
+        channel.close()
+
+
 def test_metrics_can_require_the_token(service) -> None:
     host, port = service.metrics_address.rsplit(":", 1)
 
