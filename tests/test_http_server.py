@@ -263,6 +263,38 @@ def test_grpc_bounds_a_call_by_its_own_deadline_and_then_does_nothing(service, m
         channel.close()
 
 
+def test_a_connection_is_closed_after_its_request_limit() -> None:
+    """`max_requests_per_connection`: the last request's answer says Connection: close and
+    the server closes the connection; the ones before it keep it alive."""
+    from allocator.broker.asgi import AsgiServer
+
+    async def app(scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})  # fmt: skip
+
+    server = AsgiServer(app, "127.0.0.1", 0, HttpLimits(max_requests_per_connection=3), "t-http")
+    server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            heads = []
+            for _ in range(3):
+                s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                answer = b""
+                while not answer.endswith(b"\r\n\r\nok"):
+                    chunk = s.recv(4096)
+                    assert chunk, answer  # closed before the whole answer
+                    answer += chunk
+                heads.append(answer.lower())
+            assert [b"connection: close" in head for head in heads] == [False, False, True]
+            assert s.recv(1) == b""  # then closed by the server (a timeout fails the test)
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # a new connection: served
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")
+    finally:
+        server.stop()
+
+
 def test_metrics_can_require_the_token(service) -> None:
     host, port = service.metrics_address.rsplit(":", 1)
 
