@@ -98,6 +98,35 @@ def test_a_kept_offer_goes_once_rescinded(tmp_path) -> None:
     broker.stop(kill_executors=False)
 
 
+def test_a_malformed_offer_whose_decline_failed_is_declined_again(tmp_path) -> None:
+    broker, backend, driver = make(tmp_path)
+    bad = offer("bad", "a1", "h1", 8, 4096)
+    bad["resources"][0]["scalar"]["value"] = float("nan")
+    driver.failing.add("declineOffer")
+    backend.resourceOffers(driver, [bad])
+    broker.allocate_once()  # the DECLINE fails again: still outstanding at the master
+    driver.failing.clear()
+    broker.allocate_once()
+    declined = [ids for ids, _ in driver.named("declineOffer")]
+    assert declined.count([{"value": "bad"}]) == 3  # at the offer, and at each run
+    broker.allocate_once()  # declined at last: not again
+    assert [ids for ids, _ in driver.named("declineOffer")].count([{"value": "bad"}]) == 3
+    broker.stop(kill_executors=False)
+
+
+def test_a_rescinded_malformed_offer_is_not_declined_again(tmp_path) -> None:
+    broker, backend, driver = make(tmp_path)
+    bad = offer("bad", "a1", "h1", 8, 4096)
+    bad.pop("hostname")
+    driver.failing.add("declineOffer")
+    backend.resourceOffers(driver, [bad])
+    backend.offerRescinded(driver, {"value": "bad"})
+    driver.failing.clear()
+    broker.allocate_once()
+    assert [ids for ids, _ in driver.named("declineOffer")] == [[{"value": "bad"}]]
+    broker.stop(kill_executors=False)
+
+
 @pytest.mark.parametrize("roles", [("*",), ("pi", "wc")])
 def test_agent_ids_with_at_signs(tmp_path, roles) -> None:
     broker, backend, driver = make(tmp_path, roles)
