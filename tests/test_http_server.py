@@ -327,3 +327,73 @@ def test_serving_on_all_interfaces_without_a_token_warns(tmp_path, caplog) -> No
     finally:
         service.stop()
     assert "without a token" in caplog.text
+
+
+def test_a_broker_at_256_file_descriptors_outlives_300_idle_connections(tmp_path) -> None:
+    """`fairbroker serve` under RLIMIT_NOFILE 256 with 300 idle HTTP connections: it stays
+    up, HTTP and gRPC answer again once the idle connections are closed (header deadline),
+    and the failed accepts do not flood the log (one line per 10 s, not one per attempt)."""
+    import re
+    import resource
+    import subprocess
+    import sys
+
+    err = tmp_path / "serve.err"
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    with open(err, "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from allocator.cli import main; main()", "serve",
+             "--port", "0", "--grpc-port", "0", "--no-metrics", "--state-dir",
+             str(tmp_path / "state")],
+            stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=limit,
+        )  # fmt: skip
+    idle: list[socket.socket] = []
+    try:
+        ports = None
+        deadline = time.monotonic() + 60
+        while ports is None:
+            assert time.monotonic() < deadline and process.poll() is None, err.read_text()
+            pattern = r"serving on http://[\d.]+:(\d+) .* gRPC [\d.]+:(\d+)"
+            found = re.search(pattern, err.read_text())
+            ports = tuple(int(p) for p in found.groups()) if found else None
+            time.sleep(0.05)
+        http_port, grpc_port = ports
+        idle = [socket.create_connection(("127.0.0.1", http_port)) for _ in range(300)]
+
+        def http_ok() -> bool:
+            connection = http.client.HTTPConnection("127.0.0.1", http_port, timeout=3)
+            try:
+                connection.request("POST", "/v1/GetAllocation", body=b"{}",
+                                   headers={"Content-Type": "application/json"})  # fmt: skip
+                return connection.getresponse().status == 200
+            except OSError:
+                return False
+            finally:
+                connection.close()
+
+        def grpc_ok() -> bool:
+            try:
+                with BrokerClient(f"127.0.0.1:{grpc_port}", timeout=3) as client:
+                    return client.allocation() is not None
+            except BrokerCallError:
+                return False
+
+        served = {"http": False, "grpc": False}
+        deadline = time.monotonic() + 60
+        while not all(served.values()):
+            assert time.monotonic() < deadline, f"not served again: {served}"
+            assert process.poll() is None, "the broker died"
+            served["http"] = served["http"] or http_ok()
+            served["grpc"] = served["grpc"] or grpc_ok()
+            time.sleep(0.2)
+        assert process.poll() is None
+        exhausted = err.read_text().count("Too many open files")
+        assert 1 <= exhausted <= 10, exhausted
+    finally:
+        for s in idle:
+            s.close()
+        process.terminate()
+        process.wait(timeout=30)

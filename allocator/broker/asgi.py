@@ -97,6 +97,34 @@ class _Protocol(H11Protocol):
             self.transport.close()
 
 
+class AcceptErrors:
+    """An event-loop exception handler: out of file descriptors, asyncio logs every failed
+    accept() with its traceback, up to a backlog's worth (1024) each second (100,000 log lines
+    in 25 s at 256 fds); this says it once per `every` seconds with a count. The pending
+    connections wait in the listen backlog meanwhile. Anything else goes to the default."""
+
+    MESSAGE = "socket.accept() out of system resource"
+
+    def __init__(self, name: str, every: float = 10.0) -> None:
+        self.name = name
+        self.every = every
+        self._next = 0.0
+        self._missed = 0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") != self.MESSAGE:
+            loop.default_exception_handler(context)
+            return
+        self._missed += 1
+        now = loop.time()
+        if now >= self._next:
+            log.error(
+                "%s: accept() failed %d times: %s (the connections wait in the backlog)",
+                self.name, self._missed, context.get("exception"),
+            )  # fmt: skip
+            self._next, self._missed = now + self.every, 0
+
+
 class AsgiServer:
     """`app` on http://HOST:PORT (port 0: any free port), served from a daemon thread."""
 
@@ -146,11 +174,14 @@ class AsgiServer:
         return int(self._socket.getsockname()[1])
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._socket]}, name=self.name,
-            daemon=True,
-        )  # fmt: skip
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
+
+    def _run(self) -> None:
+        """uvicorn's `Server.run`, with a loop whose failed accepts are logged sparingly."""
+        with asyncio.Runner(loop_factory=self._server.config.get_loop_factory()) as runner:
+            runner.get_loop().set_exception_handler(AcceptErrors(self.name))
+            runner.run(self._server.serve(sockets=[self._socket]))
 
     def stop(self) -> None:
         self._server.should_exit = True
