@@ -86,6 +86,29 @@ def test_what_spark_sends_is_accepted_and_the_operator_can_add_names() -> None:
             ExecutorEnvPolicy.of_operator([name], [])
 
 
+@pytest.mark.parametrize(
+    "option",
+    [
+        "--patch-module=java.base=/tmp/evil.jar", "--module-path=/tmp/mods", "-p",
+        "--upgrade-module-path", "-Djava.system.class.loader=Evil", "-XX:ErrorFile=/tmp/x",
+        "-XX:HeapDumpPath=/tmp/x", "-XX:LogFile=/tmp/x", "-Xlog:gc:file=/tmp/x",
+        "-Xlog:all=info:/tmp/x", "-Xloggc:/tmp/x", "-Djava.library.path=/tmp",
+        "-Dsun.boot.library.path=/tmp",
+    ],
+)  # fmt: skip
+def test_jvm_options_that_load_code_or_write_files_are_refused(option: str) -> None:
+    with pytest.raises(EnvironmentRefused, match=r"SPARK_EXECUTOR_OPTS.*not allowed"):
+        check_environment({"SPARK_EXECUTOR_OPTS": f"-Dx=1 {option} -Dy=2"}, ExecutorEnvPolicy())
+
+
+def test_harmless_jvm_options_stay_allowed() -> None:
+    check_environment(
+        {"SPARK_EXECUTOR_OPTS": f"{MODULE_FLAGS} -Xlog:gc -Xlog:gc*:stdout -Xlog:safepoint:stderr"
+         " -Dspark.plugins=x -Dpath=/p -XX:+ExitOnOutOfMemoryError -Xss4m"},
+        ExecutorEnvPolicy(),
+    )  # fmt: skip
+
+
 @pytest.fixture
 def fake_spark(tmp_path: Path) -> Path:
     """A Spark home whose spark-class is a bash script (as the real one is) that records its

@@ -190,6 +190,120 @@ def test_grpc_takes_the_same_scheme_rules(service) -> None:
     assert error.value.code == "UNAUTHENTICATED"
 
 
+def _grpc_stub(service):
+    import grpc
+
+    from allocator.broker.proto import pb_grpc
+
+    # a connection of its own (channels to one address share one by default)
+    channel = grpc.insecure_channel(
+        service.grpc_address, options=[("grpc.use_local_subchannel_pool", 1)]
+    )
+    return channel, pb_grpc.TenantServiceStub(channel)
+
+
+def test_grpc_refuses_calls_beyond_its_concurrency_limit(service, monkeypatch) -> None:
+    """With the broker busy, the calls past MAX_CONCURRENT_RPCS in flight are refused at once
+    (RESOURCE_EXHAUSTED) and the ones within it are answered once the broker is free."""
+    import grpc
+
+    from allocator.broker import grpc_server
+    from allocator.broker.proto import pb
+
+    monkeypatch.setattr(grpc_server, "MAX_CALL_SECONDS", 120.0)
+    limit, extra = grpc_server.MAX_CONCURRENT_RPCS, 64
+    auth = (("authorization", f"Bearer {TOKEN}"),)
+    # several connections: one carries at most 100 streams at a time
+    stubs = [_grpc_stub(service) for _ in range(4)]
+    lock = service.broker._lock
+    lock.acquire()
+    try:
+        calls = [
+            stubs[i % 4][1].GetAllocation.future(pb.AllocationRequest(), metadata=auth, timeout=120)
+            for i in range(limit + extra)
+        ]
+        deadline = time.monotonic() + 60
+        while sum(c.done() for c in calls) < extra and time.monotonic() < deadline:
+            time.sleep(0.05)
+        refused = [c for c in calls if c.done()]
+        codes = {c.code() for c in refused}
+    finally:
+        lock.release()
+    try:
+        assert len(refused) == extra and codes == {grpc.StatusCode.RESOURCE_EXHAUSTED}
+        answered = [c for c in calls if c not in refused]
+        assert all(c.result(timeout=60) is not None for c in answered)
+        assert len(answered) == limit
+    finally:
+        for channel, _ in stubs:
+            channel.close()
+
+
+def test_grpc_bounds_a_call_by_its_own_deadline_and_then_does_nothing(service, monkeypatch):
+    """A call that cannot get the broker within the server's deadline (MAX_CALL_SECONDS, or
+    the client's if nearer) is answered DEADLINE_EXCEEDED by the server and changes nothing."""
+    import grpc
+
+    from allocator.broker import grpc_server
+    from allocator.broker.proto import pb
+
+    assert call(service, "Register", register_body("t1"))[0] == 200
+    monkeypatch.setattr(grpc_server, "MAX_CALL_SECONDS", 0.5)
+    auth = (("authorization", f"Bearer {TOKEN}"),)
+    channel, stub = _grpc_stub(service)
+    request = pb.SetTargetRequest(tenant_id="t1", total=3)
+    lock = service.broker._lock
+    lock.acquire()
+    try:
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as error:
+            stub.SetTarget(request, metadata=auth, timeout=30)
+        took = time.monotonic() - started
+    finally:
+        lock.release()
+    try:
+        assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert "nothing was done" in error.value.details()  # the server's answer
+        assert took < 20  # long before the client's own 30 s
+        assert service.broker.tenants["t1"].target == 0
+        stub.SetTarget(request, metadata=auth, timeout=30)  # the broker free: it is done
+        assert service.broker.tenants["t1"].target == 3
+    finally:
+        channel.close()
+
+
+def test_a_connection_is_closed_after_its_request_limit() -> None:
+    """`max_requests_per_connection`: the last request's answer says Connection: close and
+    the server closes the connection; the ones before it keep it alive."""
+    from allocator.broker.asgi import AsgiServer
+
+    async def app(scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})  # fmt: skip
+
+    server = AsgiServer(app, "127.0.0.1", 0, HttpLimits(max_requests_per_connection=3), "t-http")
+    server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            heads = []
+            for _ in range(3):
+                s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                answer = b""
+                while not answer.endswith(b"\r\n\r\nok"):
+                    chunk = s.recv(4096)
+                    assert chunk, answer  # closed before the whole answer
+                    answer += chunk
+                heads.append(answer.lower())
+            assert [b"connection: close" in head for head in heads] == [False, False, True]
+            assert s.recv(1) == b""  # then closed by the server (a timeout fails the test)
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # a new connection: served
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")
+    finally:
+        server.stop()
+
+
 def test_metrics_can_require_the_token(service) -> None:
     host, port = service.metrics_address.rsplit(":", 1)
 
@@ -222,3 +336,73 @@ def test_serving_on_all_interfaces_without_a_token_warns(tmp_path, caplog) -> No
     finally:
         service.stop()
     assert "without a token" in caplog.text
+
+
+def test_a_broker_at_256_file_descriptors_outlives_300_idle_connections(tmp_path) -> None:
+    """`fairbroker serve` under RLIMIT_NOFILE 256 with 300 idle HTTP connections: it stays
+    up, HTTP and gRPC answer again once the idle connections are closed (header deadline),
+    and the failed accepts do not flood the log (one line per 10 s, not one per attempt)."""
+    import re
+    import resource
+    import subprocess
+    import sys
+
+    err = tmp_path / "serve.err"
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    with open(err, "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from allocator.cli import main; main()", "serve",
+             "--port", "0", "--grpc-port", "0", "--no-metrics", "--state-dir",
+             str(tmp_path / "state")],
+            stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=limit,
+        )  # fmt: skip
+    idle: list[socket.socket] = []
+    try:
+        ports = None
+        deadline = time.monotonic() + 60
+        while ports is None:
+            assert time.monotonic() < deadline and process.poll() is None, err.read_text()
+            pattern = r"serving on http://[\d.]+:(\d+) .* gRPC [\d.]+:(\d+)"
+            found = re.search(pattern, err.read_text())
+            ports = tuple(int(p) for p in found.groups()) if found else None
+            time.sleep(0.05)
+        http_port, grpc_port = ports
+        idle = [socket.create_connection(("127.0.0.1", http_port)) for _ in range(300)]
+
+        def http_ok() -> bool:
+            connection = http.client.HTTPConnection("127.0.0.1", http_port, timeout=3)
+            try:
+                connection.request("POST", "/v1/GetAllocation", body=b"{}",
+                                   headers={"Content-Type": "application/json"})  # fmt: skip
+                return connection.getresponse().status == 200
+            except OSError:
+                return False
+            finally:
+                connection.close()
+
+        def grpc_ok() -> bool:
+            try:
+                with BrokerClient(f"127.0.0.1:{grpc_port}", timeout=3) as client:
+                    return client.allocation() is not None
+            except BrokerCallError:
+                return False
+
+        served = {"http": False, "grpc": False}
+        deadline = time.monotonic() + 60
+        while not all(served.values()):
+            assert time.monotonic() < deadline, f"not served again: {served}"
+            assert process.poll() is None, "the broker died"
+            served["http"] = served["http"] or http_ok()
+            served["grpc"] = served["grpc"] or grpc_ok()
+            time.sleep(0.2)
+        assert process.poll() is None
+        exhausted = err.read_text().count("Too many open files")
+        assert 1 <= exhausted <= 10, exhausted
+    finally:
+        for s in idle:
+            s.close()
+        process.terminate()
+        process.wait(timeout=30)

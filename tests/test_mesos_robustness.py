@@ -99,6 +99,35 @@ def test_a_kept_offer_goes_once_rescinded(tmp_path) -> None:
     broker.stop(kill_executors=False)
 
 
+def test_a_malformed_offer_whose_decline_failed_is_declined_again(tmp_path) -> None:
+    broker, backend, driver = make(tmp_path)
+    bad = offer("bad", "a1", "h1", 8, 4096)
+    bad["resources"][0]["scalar"]["value"] = float("nan")
+    driver.failing.add("declineOffer")
+    backend.resourceOffers(driver, [bad])
+    broker.allocate_once()  # the DECLINE fails again: still outstanding at the master
+    driver.failing.clear()
+    broker.allocate_once()
+    declined = [ids for ids, _ in driver.named("declineOffer")]
+    assert declined.count([{"value": "bad"}]) == 3  # at the offer, and at each run
+    broker.allocate_once()  # declined at last: not again
+    assert [ids for ids, _ in driver.named("declineOffer")].count([{"value": "bad"}]) == 3
+    broker.stop(kill_executors=False)
+
+
+def test_a_rescinded_malformed_offer_is_not_declined_again(tmp_path) -> None:
+    broker, backend, driver = make(tmp_path)
+    bad = offer("bad", "a1", "h1", 8, 4096)
+    bad.pop("hostname")
+    driver.failing.add("declineOffer")
+    backend.resourceOffers(driver, [bad])
+    backend.offerRescinded(driver, {"value": "bad"})
+    driver.failing.clear()
+    broker.allocate_once()
+    assert [ids for ids, _ in driver.named("declineOffer")] == [[{"value": "bad"}]]
+    broker.stop(kill_executors=False)
+
+
 @pytest.mark.parametrize("roles", [("*",), ("pi", "wc")])
 def test_agent_ids_with_at_signs(tmp_path, roles) -> None:
     broker, backend, driver = make(tmp_path, roles)
@@ -135,3 +164,69 @@ def test_secrets_and_bodies_stay_out_of_reprs_and_logs(tmp_path, caplog) -> None
     assert "Mesos call acceptOffers failed: Failed to send request 503" in caplog.text
     assert "SECRET_BODY" not in caplog.text
     broker.stop(kill_executors=False)
+
+
+class _Answer:
+    """What `requests.get` returns for the master's /master/slaves (a stub)."""
+
+    def __init__(self, body: dict) -> None:
+        self.body = body
+
+    def raise_for_status(self) -> None:
+        pass
+
+    def json(self) -> dict:
+        return self.body
+
+
+@pytest.mark.parametrize("roles", [("*",), ("pi", "wc")])
+def test_an_adopted_executor_on_an_at_sign_agent_is_found_in_the_agent_list(
+    tmp_path, roles, monkeypatch
+) -> None:
+    """After a restart the adopted executors' agents are read from /master/slaves (before
+    any offer): an agent id with '@' is found, and its role is the key's last part."""
+    from allocator.backends import mesos
+    from allocator.broker.store import Store
+
+    agent, host = "S0@10.0.0.1:5051", "h1"
+    role = roles[0] if len(roles) > 1 else "*"
+    group = roles[0] if len(roles) > 1 else ""
+
+    def start(driver: FailingDriver):
+        backend = MesosBackend(
+            MesosOptions(master="127.0.0.1:5050", state_dir=tmp_path, roles=roles),
+            driver_factory=lambda *_: driver,
+        )
+        broker = Broker(backend, "drf", store=Store(tmp_path / "s.sqlite"))
+        broker.start(loop=False)
+        backend.registered(driver, {"value": "fw-1"}, {})
+        return broker, backend
+
+    first_driver = FailingDriver()
+    first, backend = start(first_driver)
+    backend.resourceOffers(first_driver, [offer("o1", agent, host, 8, 4096, role=role)])
+    first.register(tenant("pi", 2, 1024, target=2, group=group))
+    assert first.allocate_once() == 2
+    first.stop(kill_executors=False)
+
+    asked: list[str] = []
+
+    def get(url: str, **_: object) -> _Answer:
+        asked.append(url)
+        other = {"id": "S1", "hostname": "h2", "attributes": {}}
+        mine = {"id": agent, "hostname": host, "attributes": {"rack": "r1"}}
+        return _Answer({"slaves": [other, mine]})
+
+    monkeypatch.setattr(mesos.requests, "get", get)
+    driver = FailingDriver()
+    driver.master = "127.0.0.1:5050"
+    second, backend = start(driver)
+    assert second.engine.tasks_of("pi") == 2  # adopted
+    key = agent if len(roles) == 1 else f"{agent}@{role}"
+    backend._look_at_agents()
+    assert asked and asked[-1] == "http://127.0.0.1:5050/master/slaves"
+    found = backend._agents[key]
+    assert found.hostname == host
+    expected = {"rack": "r1"} if len(roles) == 1 else {"rack": "r1", "mesos_role": role}
+    assert dict(found.attributes) == expected
+    second.stop(kill_executors=False)

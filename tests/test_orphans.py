@@ -290,3 +290,68 @@ def test_mesos_task_failed_soon_after_running_rests_the_tenant_on_that_agent(tmp
         for state in ("TASK_RUNNING", "TASK_FAILED"):
             backend.statusUpdate(driver, {"task_id": {"value": f"pi.{n}"}, "state": state})
     broker.stop(kill_executors=False)
+
+
+class _Statuses:
+    """BackendEvents that records the executor states a backend reports."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, ExecutorState, float]] = []
+
+    def status(self, status) -> None:
+        self.seen.append((status.tenant_id, status.executor_id, status.state, time.monotonic()))
+
+    def agent_added(self, agent) -> None:
+        pass
+
+    def agent_removed(self, name: str) -> None:
+        pass
+
+    def capacity_changed(self, name: str, capacity: dict[str, float]) -> None:
+        pass
+
+
+def test_the_local_backend_reports_a_kill_only_once_the_process_has_exited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real executor that ignores SIGTERM keeps its capacity through the whole grace
+    period: KILLED (what returns the capacity) comes only after the SIGKILL, with the process
+    gone."""
+    from allocator.backends import local
+    from allocator.backends.base import LaunchSpec
+
+    grace = 1.0
+    monkeypatch.setattr(local, "KILL_GRACE_SECONDS", grace)
+    home = tmp_path / "spark"
+    (home / "bin").mkdir(parents=True)
+    script = home / "bin" / "spark-class"
+    script.write_text('#!/bin/bash\ntrap "" TERM\ntouch "$PWD/started"\nexec sleep 60\n')
+    script.chmod(0o755)
+    cluster = LocalCluster([AGENTS[0]], tmp_path / "agents", home)
+    events = _Statuses()
+    cluster.start(events)
+    try:
+        spec = LaunchSpec(
+            tenant_id="t", executor_id="1", agent=AGENTS[0].name, resources=dict(PI),
+            driver_url="spark://CoarseGrainedScheduler@127.0.0.1:4000", app_id="app-t",
+            cores=2, heap_mib=640,
+        )  # fmt: skip
+        pid = int(cluster.launch(spec))
+        started = tmp_path / "agents" / AGENTS[0].name / "t" / "executor-1" / "started"
+        deadline = time.monotonic() + 10
+        while not started.exists():  # SIGTERM is ignored from here on
+            assert time.monotonic() < deadline, "the executor never started"
+            time.sleep(0.02)
+        asked = time.monotonic()
+        cluster.kill("t", "1")
+        deadline = asked + grace + 15
+        while not any(state is ExecutorState.KILLED for *_, state, _ in events.seen):
+            assert time.monotonic() < deadline, "KILLED never reported"
+            time.sleep(0.02)
+        (killed,) = [s for s in events.seen if s[2] is ExecutorState.KILLED]
+        assert killed[3] - asked >= grace  # not before the grace period ended with a SIGKILL
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # and the process was gone when it was reported
+        assert cluster.pids() == {}
+    finally:
+        cluster.stop()

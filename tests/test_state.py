@@ -67,6 +67,18 @@ def _clean_copy(path: Path) -> Path:
     return path
 
 
+def _corrupt_page(path: Path, page: int = 3) -> None:
+    """Overwrite cell pointers inside one b-tree page of a clean copy (page 3: the tenants'
+    primary-key index): the header and the file size stay valid, so only SQLite's
+    integrity check can tell."""
+    _clean_copy(path)
+    data = bytearray(path.read_bytes())
+    size = int.from_bytes(data[16:18], "big")
+    start = (page - 1) * size + 8
+    data[start : start + 32] = b"\x55" * 32
+    path.write_bytes(bytes(data))
+
+
 DAMAGE = {
     "missing WAL": (lambda p: _wal(p).unlink(), "write-ahead log is missing"),
     "truncated WAL": (
@@ -108,6 +120,7 @@ DAMAGE = {
     "newer schema": (
         lambda p: _sql(_clean_copy(p), "PRAGMA user_version = 99"), "written by a newer"
     ),
+    "corrupted b-tree page": (_corrupt_page, "integrity check: 4 problems, first: On tree page 3"),
 }  # fmt: skip
 
 
@@ -133,12 +146,15 @@ def test_recover_keeps_every_readable_row_and_reports_the_rest(variant, tmp_path
     damage(path)
     store = Store(path, recover=True)
     assert store.recovery_report is not None and message in store.recovery_report
+    assert "\n" not in store.recovery_report
     assert list(path.parent.glob("broker.sqlite.damaged-*"))
     kept = {t.tenant_id for t in store.tenants()}
     if variant in ("unreadable row", "extra executor field from a newer version"):
         assert kept == {"pi", "wc"}  # only the bad row went
     if variant == "extra tenant field from a newer version":
         assert kept == {"pi"}
+    if variant == "corrupted b-tree page":
+        assert kept == {"pi", "wc"}  # only an index page was hit; the table pages read
     store.close()
     broker = restored(path)  # the recovered file starts cleanly from now on
     assert set(broker.tenants) == kept
@@ -186,6 +202,32 @@ def test_a_second_serve_on_the_same_state_dir_refuses_in_one_line(tmp_path) -> N
     assert done.returncode != 0
     assert "in use by another broker" in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_serve_on_a_corrupted_page_refuses_in_one_line(tmp_path) -> None:
+    path = crashed_state(tmp_path)
+    _corrupt_page(path)
+    done = subprocess.run(
+        [sys.executable, "-c", "from allocator.cli import main; main()", "serve",
+         "--state-dir", str(path.parent), "--port", "0", "--grpc-port", "0", "--no-metrics"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "integrity check: 4 problems, first: On tree page 3" in lines[0]
+    assert str(path) in lines[0] and "--state-recover" in lines[0]
+    assert len(lines[0]) < 600
+
+
+def test_a_long_integrity_report_is_cut_to_one_line() -> None:
+    from allocator.broker.store import PROBLEM_CHARS, integrity_summary
+
+    rows = [("*** in database main ***\nOn tree page 3 cell 99: Offset 21845 out of range",)]
+    rows += [(f"On tree page 3 cell {i}: Offset 21845 out of range",) for i in range(98, -1, -1)]
+    text = integrity_summary(rows)
+    assert text.startswith("integrity check: 100 or more problems, first: On tree page 3 cell 99")
+    assert "\n" not in text and len(text) <= PROBLEM_CHARS
 
 
 def _full(store: Store) -> None:

@@ -180,6 +180,8 @@ class MesosBackend:
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
         self._undeclined: set[str] = set()  # offers whose DECLINE failed (still outstanding)
+        # malformed offers (never usable) whose DECLINE failed: declined again at each flush
+        self._bad_undeclined: set[str] = set()
         self._abandoned: set[str] = set()  # task ids the broker dropped at recovery
         if any("@" in role for role in options.roles):
             raise FairbrokerError(f"roles: a Mesos role name holds no '@', got {options.roles}")
@@ -274,6 +276,9 @@ class MesosBackend:
         """Accept the offers of agents that got launches, decline the rest; suppress when
         nothing is pending."""
         with self._lock:
+            if self._bad_undeclined:
+                self._decline(sorted(self._bad_undeclined), self.options.refuse_seconds)
+                self._bad_undeclined &= self._undeclined  # those whose DECLINE failed again
             pending, self._pending = self._pending, {}
             by_agent: dict[str, list[_Offer]] = {}
             for offer in self._offers.values():
@@ -432,6 +437,8 @@ class MesosBackend:
                     self._offer_counts["received"] += 1
                     if offer_id:
                         self._decline([offer_id], self.options.refuse_seconds)
+                        if offer_id in self._undeclined:  # still outstanding: try again later
+                            self._bad_undeclined.add(offer_id)
                     continue
                 role = offer.role
                 self._offers[offer.offer_id] = offer
@@ -479,6 +486,7 @@ class MesosBackend:
         with self._lock:
             offer = self._offers.pop(offer_id["value"], None)
             self._undeclined.discard(offer_id["value"])
+            self._bad_undeclined.discard(offer_id["value"])
             if offer is not None:
                 self._offer_counts["rescinded"] += 1
                 self._report_capacity(self._key(offer))
@@ -738,12 +746,12 @@ class MesosBackend:
                 log.warning("subscribed, but the Mesos master has no agents")
             by_id = {a["id"]: a for a in slaves}
             for key in {t.agent_key for t in self._tasks.values()} - set(self._agents):
-                agent = by_id.get(key.split("@")[0])
+                agent = by_id.get(self._agent_id(key))  # agent ids may hold '@'
                 if agent is None:
                     continue
                 attrs = {k: str(v) for k, v in agent.get("attributes", {}).items()}
-                if "@" in key:
-                    attrs[ROLE_ATTRIBUTE] = key.split("@", 1)[1]
+                if len(self.options.roles) > 1:  # as for an offer: AGENT@ROLE, roles hold no '@'
+                    attrs[ROLE_ATTRIBUTE] = key.rsplit("@", 1)[1]
                 self._agents[key] = AgentInfo(key, agent.get("hostname", ""), {}, attrs)
                 self._report_capacity(key)
         self._emit()

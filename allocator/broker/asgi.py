@@ -6,7 +6,9 @@ keep-alive timeouts and a header-size limit. It closes an idle keep-alive connec
 after a first response, so `_Protocol` adds a deadline for each request head: a connection
 that has not sent a complete request head within `header_timeout` seconds of opening (or of
 its previous response) is closed, which is what stops idle and slowloris connections from
-piling up. Request bodies get their own deadline in the app (`read_body`).
+piling up. Request bodies get their own deadline in the app (`read_body`). uvicorn has no
+per-connection request cap either: `_Protocol` answers a connection's
+`max_requests_per_connection`-th request with `Connection: close` and then closes it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 import h11
 import uvicorn
+from uvicorn.protocols.http.flow_control import CLOSE_HEADER
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger(__name__)
@@ -41,17 +44,33 @@ class HttpLimits:
     keep_alive_timeout: int = 5  # seconds an idle keep-alive connection stays open
     max_header_bytes: int = 16 << 10
     max_body_bytes: int = 1 << 20
-    max_requests_per_connection: int = 10_000
+    max_requests_per_connection: int = 10_000  # the last one is answered Connection: close
 
 
 class _Protocol(H11Protocol):
-    """uvicorn's h11 protocol plus a deadline for each request head."""
+    """uvicorn's h11 protocol plus a deadline for each request head and a cap on the
+    requests one connection may make."""
 
     header_timeout = 10.0
+    max_requests = 10_000
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._requests = 0
         self._arm_header_deadline()
+
+    def handle_events(self) -> None:
+        # At most one request head is taken per call (h11 pauses until its answer is sent),
+        # and its app task has not run yet: the answer's headers can still be decided.
+        before = self.cycle
+        super().handle_events()
+        if self.cycle is not None and self.cycle is not before:
+            self._requests += 1
+            headers = self.cycle.scope["headers"]
+            if self._requests >= self.max_requests and CLOSE_HEADER not in headers:
+                # uvicorn answers Connection: close to a request that carries it, and h11
+                # then closes the connection once the answer is complete
+                headers.append(CLOSE_HEADER)  # type: ignore[attr-defined]
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -78,6 +97,34 @@ class _Protocol(H11Protocol):
             self.transport.close()
 
 
+class AcceptErrors:
+    """An event-loop exception handler: out of file descriptors, asyncio logs every failed
+    accept() with its traceback, up to a backlog's worth (1024) each second (100,000 log lines
+    in 25 s at 256 fds); this says it once per `every` seconds with a count. The pending
+    connections wait in the listen backlog meanwhile. Anything else goes to the default."""
+
+    MESSAGE = "socket.accept() out of system resource"
+
+    def __init__(self, name: str, every: float = 10.0) -> None:
+        self.name = name
+        self.every = every
+        self._next = 0.0
+        self._missed = 0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") != self.MESSAGE:
+            loop.default_exception_handler(context)
+            return
+        self._missed += 1
+        now = loop.time()
+        if now >= self._next:
+            log.error(
+                "%s: accept() failed %d times: %s (the connections wait in the backlog)",
+                self.name, self._missed, context.get("exception"),
+            )  # fmt: skip
+            self._next, self._missed = now + self.every, 0
+
+
 class AsgiServer:
     """`app` on http://HOST:PORT (port 0: any free port), served from a daemon thread."""
 
@@ -93,7 +140,14 @@ class AsgiServer:
         except OSError:
             self._socket.close()
             raise
-        protocol = type("Protocol", (_Protocol,), {"header_timeout": limits.header_timeout})
+        protocol = type(
+            "Protocol",
+            (_Protocol,),
+            {
+                "header_timeout": limits.header_timeout,
+                "max_requests": limits.max_requests_per_connection,
+            },
+        )
         self._server = uvicorn.Server(
             uvicorn.Config(
                 app,
@@ -120,11 +174,14 @@ class AsgiServer:
         return int(self._socket.getsockname()[1])
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._socket]}, name=self.name,
-            daemon=True,
-        )  # fmt: skip
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
+
+    def _run(self) -> None:
+        """uvicorn's `Server.run`, with a loop whose failed accepts are logged sparingly."""
+        with asyncio.Runner(loop_factory=self._server.config.get_loop_factory()) as runner:
+            runner.get_loop().set_exception_handler(AcceptErrors(self.name))
+            runner.run(self._server.serve(sockets=[self._socket]))
 
     def stop(self) -> None:
         self._server.should_exit = True

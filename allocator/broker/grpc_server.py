@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent import futures
+from typing import TypeVar
 
 import grpc
 
@@ -12,8 +14,31 @@ from allocator.broker.core import ApiError, Broker
 from allocator.broker.proto import pb_grpc
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_CONCURRENT_RPCS = 256
+# The server's own deadline: a call waits at most this long for the broker (less when the
+# client's deadline is nearer), a call without a deadline included, and then answers
+# DEADLINE_EXCEEDED having changed nothing.
+MAX_CALL_SECONDS = 10.0
+
+
+def _within_deadline(broker: Broker, context: grpc.ServicerContext, run: Callable[[], T]) -> T:
+    """`run()` under the broker's lock, if the lock is free before the call's deadline (the
+    client's, capped at MAX_CALL_SECONDS); otherwise DEADLINE_EXCEEDED and nothing is done,
+    so a caller that gave up is never answered by a change it did not see."""
+    remaining = context.time_remaining()
+    budget = MAX_CALL_SECONDS if remaining is None else min(remaining, MAX_CALL_SECONDS)
+    lock = broker._lock  # reentrant: the broker's own methods take it again
+    if budget <= 0 or not lock.acquire(timeout=budget):
+        raise ApiError(
+            "DEADLINE_EXCEEDED",
+            f"the broker was busy past the call's deadline ({budget:.1f} s); nothing was done",
+        )
+    try:
+        return run()
+    finally:
+        lock.release()
 
 
 def _method(name: str):
@@ -23,7 +48,9 @@ def _method(name: str):
         try:
             metadata = dict(context.invocation_metadata())
             check_token(self.token, metadata.get("authorization"))
-            reply = call.handler(self.broker, request)
+            reply = _within_deadline(
+                self.broker, context, lambda: call.handler(self.broker, request)
+            )
         except ApiError as error:
             self.observe(name, error.code)
             context.abort(getattr(grpc.StatusCode, error.code), str(error))

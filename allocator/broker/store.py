@@ -76,6 +76,32 @@ class _Loaded:
     problems: list[str] = field(default_factory=list)
 
 
+INTEGRITY_ROWS = 100  # SQLite stops its integrity report after this many problems
+PROBLEM_CHARS = 200  # a problem as one log/error line is cut to this length
+
+
+def one_line(text: str, limit: int = PROBLEM_CHARS) -> str:
+    """`text` on one line (line breaks and other control characters become spaces), cut to
+    `limit` characters: a refusal or a recovery report must stay a single line."""
+    flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def integrity_summary(rows: list[tuple]) -> str:
+    """SQLite's integrity report (rows, the first one multi-line, headed by '*** in
+    database main ***') as one line: how many problems, and the first."""
+    lines = [
+        line.strip()
+        for row in rows
+        for line in str(row[0]).splitlines()
+        if line.strip() and not line.startswith("*** in database")
+    ]
+    count = f"{len(lines)} or more" if len(rows) >= INTEGRITY_ROWS else str(len(lines))
+    plural = "" if len(lines) == 1 else "s"
+    first = lines[0] if lines else "no detail"
+    return one_line(f"integrity check: {count} problem{plural}, first: {first}")
+
+
 def _tenant_of(row: tuple) -> StoredTenant:
     tenant_id, blob, target, next_executor = row
     request = pb.RegisterRequest.FromString(blob)
@@ -139,7 +165,7 @@ class Store:
                 self._db.close()
                 self._db = None
         more = f" (and {len(problems) - 1} more)" if problems[1:] else ""
-        where = f"{path}: {problems[0]}{more}"
+        where = f"{path}: {one_line(problems[0])}{more}"
         if not recover:
             raise StateDamaged(
                 f"{where}; start with --state-recover to keep every readable row (the damaged "
@@ -159,9 +185,9 @@ class Store:
         loaded = _Loaded()
         try:
             self._db = db = self._connect(path)
-            check = db.execute("PRAGMA integrity_check").fetchall()
+            check = db.execute(f"PRAGMA integrity_check({INTEGRITY_ROWS})").fetchall()
             if check != [("ok",)]:
-                loaded.problems.append(f"integrity check: {check[0][0]}")
+                loaded.problems.append(integrity_summary(check))
                 return loaded
             version = db.execute("PRAGMA user_version").fetchone()[0]
             fresh = not db.execute("SELECT name FROM sqlite_master").fetchall()
@@ -248,7 +274,7 @@ class Store:
             self.save_executor(spec, handle)
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._loaded = _Loaded(kept.tenants, kept.executors)
-        dropped = "; ".join(problems + kept.problems)
+        dropped = "; ".join(one_line(p) for p in problems + kept.problems)
         self.recovery_report = (
             f"{path}: recovered {len(kept.tenants)} tenants and {len(kept.executors)} "
             f"executors; dropped what was unreadable: {dropped}; the damaged files are kept "
