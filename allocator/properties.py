@@ -95,7 +95,8 @@ def pareto_improvement(
         (np.ones(len(pairs)), (pairs[:, 0], np.arange(len(pairs)))),
         shape=(cluster.n_frameworks, len(pairs)),
     )
-    floor = totals if integer else totals - 1e-9 * np.maximum(totals, 1.0)
+    # HiGHS's feasibility tolerance is 1e-7: a tighter floor makes x itself look infeasible
+    floor = totals if integer else totals - 1e-7 * np.maximum(totals, 1.0)
     keep = LinearConstraint(per_framework, floor, np.inf)
     result = milp(
         -np.ones(len(pairs)),
