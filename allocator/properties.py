@@ -95,8 +95,9 @@ def pareto_improvement(
         (np.ones(len(pairs)), (pairs[:, 0], np.arange(len(pairs)))),
         shape=(cluster.n_frameworks, len(pairs)),
     )
-    # HiGHS's feasibility tolerance is 1e-7: a tighter floor makes x itself look infeasible
-    floor = totals if integer else totals - 1e-7 * np.maximum(totals, 1.0)
+    # Floors relaxed by 1e-8: at 1e-9 (below HiGHS's 1e-7 feasibility tolerance) x itself
+    # can look infeasible; at 1e-7 the slack alone buys a 'gain' above the threshold.
+    floor = totals if integer else totals - 1e-8 * np.maximum(totals, 1.0)
     keep = LinearConstraint(per_framework, floor, np.inf)
     result = milp(
         -np.ones(len(pairs)),
