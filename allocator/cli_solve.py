@@ -124,9 +124,9 @@ def _render(cluster, report: dict[str, Any]) -> str:
 @click.option(
     "--alpha",
     type=float,
-    default=3.0,
-    show_default=True,
-    help="alpha-psdsf's alpha (1 = proportional fairness; large = PS-DSF).",
+    default=None,
+    help="alpha-psdsf's alpha (1 = proportional fairness; large = PS-DSF)  [default: 3.0; "
+    "alpha-psdsf only]",
 )
 @click.option(
     "--integer",
@@ -136,11 +136,16 @@ def _render(cluster, report: dict[str, Any]) -> str:
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the fill.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def solve(
-    scenario: str, policy: str, alpha: float, integer: bool, seed: int, as_json: bool
+    scenario: str, policy: str, alpha: float | None, integer: bool, seed: int, as_json: bool
 ) -> None:
     """The exact divisible allocation of SCENARIO under an exact fair policy."""
+    from allocator.errors import ScenarioError
+    from allocator.exact.registry import DEFAULT_ALPHA
     from allocator.scenario import load_scenario
 
+    if alpha is not None and policy.lower() != "alpha-psdsf":
+        raise ScenarioError(f"alpha: only alpha-psdsf takes --alpha, not {policy.lower()}")
+    alpha = DEFAULT_ALPHA if alpha is None else alpha
     check_stdout()
     cluster = load_scenario(scenario)
     report = solve_report(cluster, policy, alpha, integer, seed)

@@ -9,7 +9,8 @@ bundle is worth the whole tasks it holds on each agent, and "can grow" means one
 - envy-freeness: n runs no more tasks with m's per-agent bundles, scaled by phi_n / phi_m,
   than with its own.
 - Pareto optimality: no allocation gives every framework at least x_n and one more (LP, or
-  MILP for whole tasks, over the same constraints).
+  MILP for whole tasks, over the same constraints); NaN ("unknown") when the solver stops
+  at its time limit or fails without an answer.
 - PS-DSF (Def. 4): on every agent i, a framework that can still use tasks is blocked by a
   saturated resource it needs whose other users there all have a virtual dominant share
   s_{m,i} / phi_m = x_m / (phi_m gamma_{m,i}) at most its own.
@@ -76,29 +77,43 @@ def envy(cluster: Cluster, x: np.ndarray, integer: bool = False) -> list[tuple[i
     return found
 
 
-def pareto_improvement(cluster: Cluster, x: np.ndarray, integer: bool = False) -> float:
-    """How many more tasks in all an allocation can give with nobody getting fewer (0 when
-    x is Pareto-optimal)."""
+#: Seconds the Pareto (MI)LP may take before the answer is "unknown".
+PARETO_TIME_LIMIT = 30.0
+
+
+def pareto_improvement(
+    cluster: Cluster, x: np.ndarray, integer: bool = False, time_limit: float = PARETO_TIME_LIMIT
+) -> float:
+    """How many more tasks in all an allocation can give with nobody getting fewer: 0 when
+    x is Pareto-optimal, NaN when the (MI)LP did not finish (time limit or solver failure)
+    without finding an improvement, so "unknown" is never counted as "holds"."""
     pairs, constraint, bounds = _constraints(cluster)
     totals = x.sum(axis=1)
+    if len(pairs) == 0:
+        return 0.0  # nothing can run anywhere: nothing to improve
     per_framework = coo_array(
         (np.ones(len(pairs)), (pairs[:, 0], np.arange(len(pairs)))),
         shape=(cluster.n_frameworks, len(pairs)),
     )
-    floor = totals if integer else totals - 1e-9 * np.maximum(totals, 1.0)
+    # Floors relaxed by 1e-8: at 1e-9 (below HiGHS's 1e-7 feasibility tolerance) x itself
+    # can look infeasible; at 1e-7 the slack alone buys a 'gain' above the threshold.
+    floor = totals if integer else totals - 1e-8 * np.maximum(totals, 1.0)
     keep = LinearConstraint(per_framework, floor, np.inf)
     result = milp(
         -np.ones(len(pairs)),
         constraints=[constraint, keep],
         bounds=bounds,
         integrality=1 if integer else 0,
-        options={"time_limit": 30.0},
+        options={"time_limit": time_limit},
     )
-    if result.status != 0 or result.x is None:
-        return 0.0  # no better allocation found (or none feasible within the limit)
-    gain = -result.fun - totals.sum()
     threshold = 0.5 if integer else TOLERANCE * max(1.0, float(totals.sum()))
-    return float(gain) if gain > threshold else 0.0
+    if result.x is not None:
+        gain = float(result.x.sum()) - float(totals.sum())
+        if gain > threshold:
+            return gain  # a feasible improvement, proven even if the solver stopped early
+    if result.status != 0 or result.x is None:
+        return float("nan")  # not solved to optimality: whether x is Pareto-optimal is unknown
+    return 0.0
 
 
 def psdsf_violations(

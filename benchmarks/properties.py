@@ -2,9 +2,11 @@
 heterogeneous instances with placement constraints.
 
 python -m benchmarks.properties [--instances N] [--seed S]
-    -> benchmarks/results/properties.md (the table) and properties.json (fractions and one
-       counterexample per violated policy x property, as a scenario file's data plus the
-       allocation, so `fairbroker solve` / `fill` can replay it)
+    -> benchmarks/results/properties.md (the table) and properties.json (fractions, the
+       index of every violating instance, and one full counterexample per violated policy x
+       property, as a scenario file's data plus the allocation and whether the solver
+       converged, so `fairbroker solve` / `fill` can replay it; `replay(seed, k)` rebuilds
+       any instance k)
 
 Exact solvers are judged as divisible allocations (tolerance 1e-6), progressive filling as
 whole tasks (allocator/properties.py says what each property means in each case). Bottleneck
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,64 +154,109 @@ def to_scenario(cluster: Cluster) -> dict:
     return {"resources": list(cluster.resources), "agents": agents, "frameworks": frameworks}
 
 
-def check(cluster: Cluster, x: np.ndarray, integer: bool) -> dict[str, bool | None]:
+#: What a checker says about one policy x property on one instance.
+HELD, VIOLATED, NOT_APPLICABLE, UNKNOWN = "held", "violated", "n/a", "unknown"
+
+
+def check(cluster: Cluster, x: np.ndarray, integer: bool) -> dict[str, str]:
+    """Each property's outcome: held, violated, n/a (BF without a bottleneck resource) or
+    unknown (PO when the Pareto (MI)LP stopped at its time limit or failed)."""
+
+    def verdict(ok: bool) -> str:
+        return HELD if ok else VIOLATED
+
     bf = bottleneck(cluster, x, integer)
+    gain = pareto_improvement(cluster, x, integer)
     return {
-        "SI": len(sharing_incentive(cluster, x, integer)) == 0,
-        "EF": len(envy(cluster, x, integer)) == 0,
-        "PO": pareto_improvement(cluster, x, integer) == 0,
-        "BF": None if bf is None else len(bf) == 0,
-        "Def4": len(psdsf_violations(cluster, x, integer)) == 0,
+        "SI": verdict(len(sharing_incentive(cluster, x, integer)) == 0),
+        "EF": verdict(len(envy(cluster, x, integer)) == 0),
+        "PO": UNKNOWN if np.isnan(gain) else verdict(gain == 0),
+        "BF": NOT_APPLICABLE if bf is None else verdict(len(bf) == 0),
+        "Def4": verdict(len(psdsf_violations(cluster, x, integer)) == 0),
     }
 
 
-def run(instances: int, seed: int) -> dict:
+def instances(count: int, seed: int) -> Iterator[Cluster]:
+    """The benchmark's instances 0..count-1 for `seed`, in order (instance k is the k-th)."""
     rng = np.random.default_rng(seed)
-    held = {p.name: {k: 0 for k in PROPERTIES} for p in POLICIES}
-    judged = {p.name: {k: 0 for k in PROPERTIES} for p in POLICIES}
-    examples: dict[str, dict[str, dict]] = {p.name: {} for p in POLICIES}
-    not_converged = dict.fromkeys(held, 0)
-    seconds = {p.name: 0.0 for p in POLICIES}
-    for k in range(instances):
-        cluster = random_instance(rng)
-        for policy in POLICIES:
+    for _ in range(count):
+        yield random_instance(rng)
+
+
+def replay(seed: int, k: int) -> Cluster:
+    """Instance k of the run with `seed` (every violating instance is listed by its k)."""
+    *_, cluster = instances(k + 1, seed)
+    return cluster
+
+
+def run(count: int, seed: int, policies: list[Policy] | None = None) -> dict:
+    chosen = POLICIES if policies is None else policies
+    names = [p.name for p in chosen]
+    held = {p: dict.fromkeys(PROPERTIES, 0) for p in names}
+    judged = {p: dict.fromkeys(PROPERTIES, 0) for p in names}
+    unknown = {p: dict.fromkeys(PROPERTIES, 0) for p in names}
+    violations: dict[str, dict[str, list[int]]] = {p: {k: [] for k in PROPERTIES} for p in names}
+    at_cap = {p: dict.fromkeys(PROPERTIES, 0) for p in names}
+    examples: dict[str, dict[str, dict]] = {p: {} for p in names}
+    not_converged: dict[str, list[int]] = {p: [] for p in names}
+    seconds = dict.fromkeys(names, 0.0)
+    for k, cluster in enumerate(instances(count, seed)):
+        for policy in chosen:
             start = time.perf_counter()
             x, converged = policy.allocate(cluster, k)
             seconds[policy.name] += time.perf_counter() - start
-            not_converged[policy.name] += not converged
-            for prop, ok in check(cluster, x, policy.integer).items():
-                if ok is None:
+            if not converged:
+                not_converged[policy.name].append(k)
+            for prop, outcome in check(cluster, x, policy.integer).items():
+                if outcome == NOT_APPLICABLE:
+                    continue
+                if outcome == UNKNOWN:
+                    unknown[policy.name][prop] += 1
                     continue
                 judged[policy.name][prop] += 1
-                held[policy.name][prop] += ok
-                if not ok and prop not in examples[policy.name]:
+                if outcome == HELD:
+                    held[policy.name][prop] += 1
+                    continue
+                violations[policy.name][prop].append(k)
+                at_cap[policy.name][prop] += not converged
+                if prop not in examples[policy.name]:
                     examples[policy.name][prop] = {
                         "instance": k,
+                        "converged": converged,
                         "scenario": to_scenario(cluster),
                         "allocation": np.round(x, 6).tolist(),
                     }
     return {
-        "instances": instances,
+        "instances": count,
         "seed": seed,
         "fraction": {
             p: {k: (held[p][k] / judged[p][k] if judged[p][k] else None) for k in PROPERTIES}
-            for p in held
+            for p in names
         },
         "judged": judged,
-        "alpha_not_converged": {p: n for p, n in not_converged.items() if n},
-        "seconds": {p: round(s, 2) for p, s in seconds.items()},
+        "unknown": {p: {k: n for k, n in row.items() if n} for p, row in unknown.items()},
+        "violating_instances": {
+            p: {k: ks for k, ks in row.items() if ks} for p, row in violations.items()
+        },
+        "violations_at_sweep_cap": {
+            p: {k: n for k, n in row.items() if n} for p, row in at_cap.items()
+        },
+        "not_converged_instances": {p: ks for p, ks in not_converged.items() if ks},
+        "seconds": {p: round(t, 2) for p, t in seconds.items()},
         "counterexamples": examples,
     }
 
 
 def render(report: dict) -> str:
+    judged = report["judged"]
+    first = next(iter(judged))
     lines = [
         "# Fairness properties measured (paper 000 Table 1)",
         "",
         f"`python -m benchmarks.properties --instances {report['instances']} "
         f"--seed {report['seed']}`: fraction of random instances on which each property held "
         "(paper 000's claim in brackets where it makes one). BF is judged on the "
-        f"{report['judged']['drfh']['BF']} instances with a bottleneck resource; Def4 is "
+        f"{judged[first]['BF']} instances with a bottleneck resource; Def4 is "
         "PS-DSF's own condition (Def. 4). Exact solvers: divisible allocations; fill: whole "
         "tasks, one seeded fill per instance.",
         "",
@@ -221,16 +268,39 @@ def render(report: dict) -> str:
         cells = []
         for prop in PROPERTIES:
             value = row[prop]
-            text = "-" if value is None else f"{value:.3f}"
+            text = "-" if value is None else f"{value:.4f}"
             if prop in claimed:
                 text += f" ({claimed[prop]})"
             cells.append(text)
         lines.append(f"| {policy} | " + " | ".join(cells) + f" | {report['seconds'][policy]} |")
-    if report["alpha_not_converged"]:
-        lines += ["", f"alpha-psdsf runs without a fixed point: {report['alpha_not_converged']}"]
     lines += [
         "",
-        "One counterexample per violated cell is in `properties.json` (scenario data and x).",
+        "Violations (instances where the property failed, out of those judged; in brackets "
+        "how many of them are alpha-psdsf runs that stopped at the sweep cap without a fixed "
+        "point):",
+        "",
+        "| policy | SI | EF | PO | BF | Def4 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for policy, row in report["violating_instances"].items():
+        capped = report["violations_at_sweep_cap"].get(policy, {})
+        cells = []
+        for prop in PROPERTIES:
+            text = f"{len(row.get(prop, []))} / {judged[policy][prop]}"
+            if policy in report["not_converged_instances"]:
+                text += f" ({capped.get(prop, 0)} capped)"
+            cells.append(text)
+        lines.append(f"| {policy} | " + " | ".join(cells) + " |")
+    capped_runs = {p: len(ks) for p, ks in report["not_converged_instances"].items()}
+    po_unknown = {p: row["PO"] for p, row in report["unknown"].items() if "PO" in row}
+    lines += [
+        "",
+        f"alpha-psdsf runs that stopped at the sweep cap (no fixed point): {capped_runs or 0}",
+        f"PO unknown (Pareto MILP at its time limit or failed; not counted): {po_unknown or 0}",
+        "",
+        "`properties.json` lists every violating instance by index (`violating_instances`; "
+        "`benchmarks.properties.replay(seed, k)` rebuilds instance k) and keeps one full "
+        "counterexample per violated cell (scenario data, x and whether the solver converged).",
     ]
     return "\n".join(lines) + "\n"
 

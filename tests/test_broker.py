@@ -135,6 +135,28 @@ def test_rpsdsf_places_each_tenant_where_it_packs(broker: Broker) -> None:
             assert v <= agent.resources[r] + 1e-9
 
 
+def test_alpha_psdsf_serves_through_the_broker(broker: Broker) -> None:
+    """`serve`'s engine with alpha-psdsf (switched as `fairbroker configure` does): one pass
+    gives both tenants executors (a tenant with none has the smallest key), stays within
+    every agent's capacity and leaves no room for another executor of either."""
+    broker.configure(scheduler="alpha-psdsf")
+    assert broker.info().scheduler == "alpha-psdsf"
+    assert broker.engine.scheduler.criterion().alpha == 3.0  # online alpha is fixed at 3
+    broker.register(request("pi", PI, target=100))
+    broker.register(request("wc", WORDCOUNT, target=100))
+    assert broker.allocate_once() > 0
+    where = placed(broker.backend)
+    assert sum(where["pi"].values()) >= 1 and sum(where["wc"].values()) >= 1
+    demand = {s.tenant_id: s.resources for s in broker.backend.launched}
+    for agent in AGENTS:
+        use = used(broker.backend).get(agent.name, {})
+        free = {r: v - use.get(r, 0.0) for r, v in agent.resources.items()}
+        assert min(free.values()) >= -1e-9
+        for tenant, need in demand.items():
+            fits = all(free.get(r, 0.0) >= v - 1e-9 for r, v in need.items() if v > 0)
+            assert not fits, f"{tenant} still fits on {agent.name}: {free}"
+
+
 def test_launch_spec_carries_the_demand_and_the_driver(broker: Broker) -> None:
     broker.register(request("pi", PI, target=2))
     broker.allocate_once()

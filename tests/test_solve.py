@@ -10,9 +10,11 @@ import pytest
 import yaml
 from conftest import run_fairbroker
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_exact import clusters
 
 from allocator.exact import solve
+from allocator.exact.registry import EXACT_POLICIES
 from allocator.exact.rounding import round_feasible
 from allocator.filling import progressive_fill
 from allocator.model import Cluster
@@ -49,6 +51,9 @@ def test_solve_text_and_alpha():
     assert done.returncode == 0, done.stderr
     assert "alpha-psdsf, alpha 1.0: converged" in done.stdout
     assert "total tasks: 20.0000" in done.stdout
+    done = run_fairbroker("solve", str(DATA / "paper001-fig1.yaml"), "-p", "alpha-psdsf", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["alpha"] == 3.0  # the default when --alpha is not given
 
 
 @pytest.mark.parametrize(
@@ -57,6 +62,8 @@ def test_solve_text_and_alpha():
         (["-p", "drfx"], "'drfx' is not one of drfh"),
         (["-p", "alpha-psdsf", "--alpha", "0"], "alpha: must be a positive finite number"),
         (["-p", "alpha-psdsf", "--alpha", "-2"], "alpha: must be a positive finite number"),
+        (["-p", "drfh", "--alpha", "2"], "alpha: only alpha-psdsf takes --alpha, not drfh"),
+        (["-p", "psdsf-exact", "--alpha", "3"], "alpha: only alpha-psdsf takes --alpha"),
     ],
 )
 def test_bad_options_are_one_line_errors(args, expected):
@@ -78,9 +85,9 @@ def test_too_large_for_the_exact_solver_suggests_fill(tmp_path: Path):
 
 
 @settings(max_examples=60, deadline=None)
-@given(clusters())
-def test_rounding_is_feasible_and_between_floor_and_ceiling(cluster: Cluster):
-    x = solve(cluster, "psdsf-exact").tasks
+@given(clusters(), st.sampled_from(sorted(EXACT_POLICIES)))
+def test_rounding_is_feasible_and_between_floor_and_ceiling(cluster: Cluster, policy: str):
+    x = solve(cluster, policy).tasks
     whole = round_feasible(cluster, x)
     assert (whole >= np.floor(x - 1e-7)).all() and (whole <= np.ceil(x + 1e-7)).all()
     assert (whole[~cluster.eligible] == 0).all()
@@ -135,3 +142,11 @@ def test_alpha_psdsf_is_a_scheduler_for_fill_and_sim(tmp_path: Path):
     done = run_fairbroker("sim", str(path), "--scheduler", "alpha-psdsf", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["makespan_s"] == pytest.approx(20)
+
+
+def test_alpha_psdsf_is_a_serve_scheduler():
+    done = run_fairbroker("serve", "--print-config", "--scheduler", "alpha-psdsf")
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load(done.stdout)["scheduler"] == "alpha-psdsf"
+    done = run_fairbroker("serve", "--print-config", "--scheduler", "alpha-psdf")
+    assert done.returncode == 2 and "did you mean alpha-psdsf?" in done.stderr
