@@ -17,6 +17,9 @@ from pathlib import Path
 
 import hcl2
 import pytest
+import yaml
+
+from allocator.serve_config import load_serve_config
 
 REPO = Path(__file__).resolve().parents[1]
 TF = REPO / "terraform"
@@ -244,6 +247,36 @@ def test_tenant_networks_reach_no_admin_port_but_the_broker_api() -> None:
         "agent": {cluster, "${aws_security_group.tenant_agent.id}"},
         "broker": {cluster, "${aws_security_group.tenant_broker.id}"},
     }
+
+
+def _render(template: str, **values: str) -> str:
+    """A cloud-init template with its ${...} filled in: the named values, else a placeholder."""
+    return re.sub(r"\$\{([^}]*)\}", lambda m: values.get(m.group(1), "placeholder"), template)
+
+
+def test_the_broker_host_requires_a_token(tmp_path: Path) -> None:
+    """The broker listens on 0.0.0.0: its configuration names a token file, and cloud-init
+    makes that file (random, readable by root and the fairbroker group only) before the
+    service starts."""
+    text = _render(
+        (TF / "templates" / "broker.yaml.tftpl").read_text(),
+        scheduler="rpsdsf", broker_ip="10.42.1.20", zk_url="zk://10.42.1.10:2181/mesos",
+        role="spark",
+    )  # fmt: skip
+    cloud = yaml.safe_load(text)
+    (config_file,) = [
+        f for f in cloud["write_files"] if f["path"] == "/etc/fairbroker/fairbroker.yaml"
+    ]
+    (tmp_path / "fairbroker.yaml").write_text(config_file["content"])
+    config, _ = load_serve_config({}, tmp_path / "fairbroker.yaml", {})
+    assert config.host == "0.0.0.0" and config.token is None
+    assert config.token_file == Path("/etc/fairbroker/token")
+    commands = [c if isinstance(c, str) else " ".join(c) for c in cloud["runcmd"]]
+    made = next(i for i, c in enumerate(commands) if "> /etc/fairbroker/token" in c)
+    assert "/dev/urandom" in commands[made] and "umask 077" in commands[made]
+    assert "test -s /etc/fairbroker/token ||" in commands[made]  # a rerun keeps the token
+    assert commands.index("chmod 0640 /etc/fairbroker/token") > made
+    assert commands.index("systemctl enable --now fairbroker") > made
 
 
 def test_instances_outputs_and_cloud_init() -> None:
