@@ -7,11 +7,16 @@ framework kept), `--teardown-on-exit` and `fairbroker teardown` remove the frame
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
+import signal
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -249,3 +254,99 @@ def test_framework_settings_reach_the_framework_info(tmp_path: Path) -> None:
     gpus = config.model_copy(update={"gpus": True})
     info = mesos_backend(gpus, broker_options(gpus))._framework_info()
     assert {c["type"] for c in info["capabilities"]} == {"MULTI_ROLE", "GPU_RESOURCES"}
+
+
+class _Serve:
+    """`fairbroker serve --backend mesos` as a real subprocess (stderr to a file), stopped by
+    SIGTERM like systemd and docker stop it."""
+
+    def __init__(self, tmp_path: Path, master: str, *extra: str, name: str = "serve") -> None:
+        self.stderr_path = tmp_path / f"{name}.stderr"
+        self._stderr = open(self.stderr_path, "w")  # noqa: SIM115 (closed in stop)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from allocator.cli import main; main()", "serve",
+             "--backend", "mesos", "--master", master, "--port", "0", "--grpc-port", "0",
+             "--metrics-port", "0", "--state-dir", str(tmp_path / "b"), "--user", "nobody",
+             "--spark-home", str(spark_home()), *extra],
+            stdout=subprocess.DEVNULL, stderr=self._stderr,
+        )  # fmt: skip
+        found = wait_for(lambda: self._address(), 60, "serve to print its address")
+        self.http = found
+
+    def _address(self) -> str | None:
+        if self.process.poll() is not None:
+            raise AssertionError(f"serve exited {self.process.returncode}: {self.stderr()}")
+        match = re.search(r"serving on http://(\S+) ", self.stderr())
+        return match.group(1) if match else None
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    def healthz(self) -> int:
+        try:
+            with urllib.request.urlopen(f"http://{self.http}/healthz", timeout=5) as answer:
+                return answer.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout=60)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait(timeout=10)
+            self._stderr.close()
+
+
+_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) (\S+): (.*)$")
+
+
+def test_a_master_restart_logs_one_line_per_reconnect_attempt(tmp_path: Path) -> None:
+    """The master goes away and comes back on the same address: serve's stderr has one line
+    per connection attempt (each attempt's line is at least the announced back-off after the
+    previous one), no traceback, and no line twice."""
+    master = MesosMaster(AGENTS, allocation_interval=0.3, heartbeat_interval=1.0,
+                         work_dir=tmp_path / "mesos").start()  # fmt: skip
+    port = master.core.port
+    again: MesosMaster | None = None
+    serve = _Serve(tmp_path, master.address)
+    try:
+        wait_for(lambda: serve.healthz() == 200, 60, "the framework to subscribe")
+        master.stop()
+        wait_for(lambda: serve.healthz() == 503, 30, "/healthz to answer 503")
+        attempt = re.compile(rf"connect to 127\.0\.0\.1:{port} error: .*, sleep (\d+)s and try")
+        wait_for(lambda: len(attempt.findall(serve.stderr())) >= 3, 60, "three attempts")
+        again = MesosMaster(AGENTS, allocation_interval=0.3, heartbeat_interval=1.0,
+                            work_dir=tmp_path / "mesos-again", port=port).start()  # fmt: skip
+        wait_for(lambda: serve.healthz() == 200, 60, "the framework to subscribe again")
+    finally:
+        code = serve.stop()
+        master.stop()
+        if again is not None:
+            again.stop()
+    assert code == 0
+    text = serve.stderr()
+    assert "Traceback" not in text and 'File "' not in text, text
+    lines = text.splitlines()
+    records = [m.groups() for m in map(_LOG_LINE.match, lines) if m]
+    # no line about the link twice in a row (uvicorn's "Started server process" is said once
+    # by each of the two HTTP servers, the tenant API and /metrics: not a link line)
+    said = [r[1:] for r in records if r[2].startswith(("pymesos", "allocator.backends"))]
+    assert all(a != b for a, b in itertools.pairwise(said)), text
+    assert all(not line.startswith(" ") for line in lines), text  # nothing but log lines
+    attempts = [
+        (time.mktime(time.strptime(when[:19], "%Y-%m-%d %H:%M:%S")) + int(when[20:]) / 1000,
+         int(found.group(1)))
+        for when, _, _, message in records if (found := attempt.search(message))
+    ]  # fmt: skip
+    assert len(attempts) >= 3, text
+    for (at, sleep), (next_at, _) in itertools.pairwise(attempts):
+        assert next_at - at >= sleep, (at, sleep, next_at, text)  # one line per attempt
+    # the broker's own lines about the link: once per event (lost, regained, lost at the
+    # stop), not once per attempt
+    link = Counter(m for _, _, name, m in records if name == "allocator.backends.mesos")
+    assert link["disconnected from the Mesos master"] == 2, text
+    assert sum(n for m, n in link.items() if m.startswith("re-registered with Mesos")) == 1, text

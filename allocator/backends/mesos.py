@@ -405,10 +405,13 @@ class MesosBackend:
 
     @_guarded
     def disconnected(self, driver: Any) -> None:
-        log.warning("disconnected from the Mesos master")
-        self.link.disconnected()
+        # pymesos calls this after every failed connection attempt too: say it once, when the
+        # subscription is lost (pymesos logs each attempt on its own line)
         with self._lock:
-            self._subscribed = False
+            was_subscribed, self._subscribed = self._subscribed, False
+        if was_subscribed:
+            log.warning("disconnected from the Mesos master")
+        self.link.disconnected()
 
     @_guarded
     def processHeartBeat(self, driver: Any) -> None:
@@ -710,8 +713,9 @@ class MesosBackend:
                 try:
                     self._driver.stop(failover=True)
                     self._connect()
-                except Exception:
-                    log.exception("reconnecting to the Mesos master failed")
+                except Exception as error:  # one line per attempt; the traceback at debug
+                    log.warning("reconnecting to the Mesos master failed: %s", error)
+                    log.debug("reconnect failure", exc_info=True)
                     self._last_heartbeat = time.monotonic()
 
     def _look_at_agents(self) -> None:
@@ -792,6 +796,20 @@ class _Capacity(Mapping[str, float]):
         return self._now().items()
 
 
+class _SocketErrorsOnOneLine(logging.Filter):
+    """pymesos logs a failed send or receive with logger.exception: a traceback on every
+    reconnect attempt. A socket error becomes one line with the error's text; any other
+    exception (a bug, in pymesos or in a callback) keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, OSError):
+            record.msg = f"{record.getMessage()}: {error.strerror or error}"
+            record.args = None
+            record.exc_info = record.exc_text = None
+        return True
+
+
 def _pymesos_driver(scheduler: MesosBackend, framework: dict, options: MesosOptions) -> Any:
     import pymesos
     from pymesos import MesosSchedulerDriver
@@ -799,6 +817,13 @@ def _pymesos_driver(scheduler: MesosBackend, framework: dict, options: MesosOpti
     # pymesos adds its own stderr handler to its logger, which also propagates to the
     # root logger: every line twice. The application's logging configuration decides.
     logging.getLogger(pymesos.__name__).handlers.clear()
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if (
+            name.split(".")[0] == pymesos.__name__
+            and isinstance(logger, logging.Logger)
+            and not any(isinstance(f, _SocketErrorsOnOneLine) for f in logger.filters)
+        ):
+            logger.addFilter(_SocketErrorsOnOneLine())
 
     class Driver(MesosSchedulerDriver):
         @property
