@@ -42,6 +42,7 @@ from allocator.backends.mesos_link import MesosLink
 from allocator.errors import FairbrokerError
 
 log = logging.getLogger(__name__)
+DRIVER_STOP_S = 10.0  # at most this long for pymesos's I/O thread to finish (and TEARDOWN)
 
 ROLE_ATTRIBUTE = "mesos_role"
 FRAMEWORK_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
@@ -362,6 +363,12 @@ class MesosBackend:
         # failover=True keeps the framework (and its tasks) for a restarted broker; a torn
         # down framework's id cannot subscribe again, so it is forgotten
         self._driver.stop(failover=not kill_executors)
+        # pymesos sends TEARDOWN from its I/O thread on the way out: wait for it, or a
+        # process that exits right after (`fairbroker teardown`, serve --teardown-on-exit)
+        # may end before the master hears it
+        wait = getattr(self._driver, "wait_stopped", None)
+        if wait is not None and not wait(DRIVER_STOP_S):
+            log.warning("the Mesos driver did not stop within %.0f s", DRIVER_STOP_S)
         if kill_executors:
             self._framework_file().unlink(missing_ok=True)
 
@@ -829,6 +836,12 @@ def _pymesos_driver(scheduler: MesosBackend, framework: dict, options: MesosOpti
         @property
         def framework(self) -> dict:
             return dict(self._framework)  # as given: no capability added, no default timeout
+
+        def wait_stopped(self, timeout: float) -> bool:
+            thread = self._io_thread
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout)
+            return thread is None or not thread.is_alive()
 
         def killTask(self, task_id: dict, agent_id: dict | None = None) -> None:
             # pymesos drops the agent id; the master needs it to forward a KILL for a task it
