@@ -144,7 +144,10 @@ SPECS: dict[str, Spec] = {
     "fairbroker_group_dominant_share": _gauge(
         ("group",), "The group's cluster-wide dominant share."
     ),
-    "fairbroker_agent_capacity": _gauge(("agent",), "The agent's resources.", True),
+    "fairbroker_agent_capacity": _gauge(
+        ("agent",), "The agent's resources as the broker holds them (Mesos: what it holds now; "
+        "fairbroker_mesos_agent_last_offered is the agent's total).", True
+    ),
     "fairbroker_agent_allocated": _gauge(("agent",), "Resources allocated on the agent.", True),
     "fairbroker_agent_residual": _gauge(("agent",), "Resources left on the agent.", True),
     "fairbroker_agent_executors": _gauge(

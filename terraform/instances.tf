@@ -65,7 +65,7 @@ resource "aws_instance" "agent" {
   ami                         = local.ami
   instance_type               = each.value.instance_type
   subnet_id                   = aws_subnet.cluster.id
-  vpc_security_group_ids      = [aws_security_group.cluster.id]
+  vpc_security_group_ids      = [aws_security_group.cluster.id, aws_security_group.tenant_agent.id]
   associate_public_ip_address = true
   key_name                    = var.ssh_key_name
   monitoring                  = true
@@ -92,7 +92,7 @@ resource "aws_instance" "broker" {
   instance_type               = var.broker_instance_type
   subnet_id                   = aws_subnet.cluster.id
   private_ip                  = local.broker_ip
-  vpc_security_group_ids      = [aws_security_group.cluster.id]
+  vpc_security_group_ids      = [aws_security_group.cluster.id, aws_security_group.tenant_broker.id]
   associate_public_ip_address = true
   key_name                    = var.ssh_key_name
   monitoring                  = true

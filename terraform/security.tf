@@ -1,6 +1,8 @@
 # Admin ports are open to var.admin_cidrs only, tenant ports to var.tenant_cidrs (default: the
 # VPC); nothing but egress reaches 0.0.0.0/0. Cluster members talk to each other through the
-# `cluster` group below.
+# `cluster` group below, which every instance has. Tenant networks get two narrower groups: the
+# broker's tenant API on the broker host only (`tenant_broker`), and Spark's ports on the agents
+# only (`tenant_agent`), in ranges that leave out every admin port.
 locals {
   tenant_cidrs = length(var.tenant_cidrs) > 0 ? var.tenant_cidrs : [var.vpc_cidr]
   admin_ports = {
@@ -21,6 +23,18 @@ locals {
     zk_elect  = { from = 3888, to = 3888, description = "ZooKeeper leader election" }
     broker    = { from = 7080, to = 7082, description = "fairbroker API and metrics" }
     spark     = { from = 1024, to = 65535, description = "Spark driver, executors and block managers" }
+  }
+  # Spark's executors and block managers on the agents, for drivers in the tenant networks: the
+  # unprivileged range minus every admin port above (22 is below it). Keep in step with
+  # admin_ports; tests/test_deploy_terraform.py checks that no admin port is covered and that
+  # nothing else is left out.
+  tenant_spark_ports = {
+    low        = { from = 1024, to = 2180 }
+    below_3000 = { from = 2182, to = 2999 }
+    below_5050 = { from = 3001, to = 5049 }
+    below_7080 = { from = 5052, to = 7079 }
+    below_9090 = { from = 7083, to = 9089 }
+    above_9090 = { from = 9091, to = 65535 }
   }
 }
 
@@ -55,9 +69,18 @@ resource "aws_vpc_security_group_ingress_rule" "admin" {
   description       = "${each.value.port.description} (admin)"
 }
 
+# The tenant API (HTTP 7080, gRPC 7081; a token is required, see templates/broker.yaml.tftpl)
+# on the broker host only. Metrics (7082) stay admin-only.
+resource "aws_security_group" "tenant_broker" {
+  name        = "${var.name}-tenant-broker"
+  description = "fairbroker tenant API for the tenant networks (broker host only)"
+  vpc_id      = aws_vpc.cluster.id
+  tags        = { Name = "${var.name}-tenant-broker" }
+}
+
 resource "aws_vpc_security_group_ingress_rule" "tenant_api" {
   for_each          = toset(local.tenant_cidrs)
-  security_group_id = aws_security_group.cluster.id
+  security_group_id = aws_security_group.tenant_broker.id
   cidr_ipv4         = each.value
   ip_protocol       = "tcp"
   from_port         = 7080
@@ -65,15 +88,26 @@ resource "aws_vpc_security_group_ingress_rule" "tenant_api" {
   description       = "fairbroker tenant API (Spark drivers)"
 }
 
-# Executors connect back to their driver; drivers outside the cluster group need this.
+# The driver connects to its executors' block managers on the agents; nothing in the tenant
+# networks needs the masters or the broker host beyond the API above.
+resource "aws_security_group" "tenant_agent" {
+  name        = "${var.name}-tenant-agent"
+  description = "Spark executors on the agents for drivers in the tenant networks"
+  vpc_id      = aws_vpc.cluster.id
+  tags        = { Name = "${var.name}-tenant-agent" }
+}
+
 resource "aws_vpc_security_group_ingress_rule" "tenant_spark" {
-  for_each          = toset(local.tenant_cidrs)
-  security_group_id = aws_security_group.cluster.id
-  cidr_ipv4         = each.value
+  for_each = {
+    for pair in setproduct(keys(local.tenant_spark_ports), local.tenant_cidrs) :
+    "${pair[0]}-${pair[1]}" => { ports = local.tenant_spark_ports[pair[0]], cidr = pair[1] }
+  }
+  security_group_id = aws_security_group.tenant_agent.id
+  cidr_ipv4         = each.value.cidr
   ip_protocol       = "tcp"
-  from_port         = 1024
-  to_port           = 65535
-  description       = "Spark drivers and executors in the tenant networks"
+  from_port         = each.value.ports.from
+  to_port           = each.value.ports.to
+  description       = "Spark executors and block managers for drivers in the tenant networks"
 }
 
 resource "aws_vpc_security_group_egress_rule" "all" {

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import run_fairbroker
@@ -110,16 +111,18 @@ def running_broker(tmp_path_factory):
         process.stderr.close()
 
 
-def serve(*args: str) -> subprocess.CompletedProcess[str]:
+def serve(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """serve with a usable state directory, so that the error is the one the test provokes
+    (the state directory is checked first)."""
     return run_fairbroker("serve", "--port", "0", "--grpc-port", "0", "--metrics-port", "0",
-                          "--state-dir", "/nonexistent/never-created", *args)  # fmt: skip
+                          "--state-dir", str(state), *args)  # fmt: skip
 
 
 @pytest.mark.parametrize(("which", "option"), [(0, "--port"), (1, "--grpc-port"),
                                                (2, "--metrics-port")])  # fmt: skip
-def test_each_port_in_use_is_one_line(running_broker, which, option):
+def test_each_port_in_use_is_one_line(running_broker, which, option, tmp_path):
     port = running_broker[which]
-    done = serve(option, str(port))
+    done = serve(tmp_path / "state", option, str(port))
     one_line_error(done, f"port {port} on 127.0.0.1 is in use (another broker?)", option)
 
 
@@ -140,8 +143,8 @@ def test_serve_started_twice_is_one_line(running_broker):
         (["--lease", "inf"], "--lease"),
     ],
 )
-def test_serve_bad_places_and_numbers(args, expected):
-    one_line_error(serve(*args), expected)
+def test_serve_bad_places_and_numbers(args, expected, tmp_path):
+    one_line_error(serve(tmp_path / "state", *args), expected)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -126,6 +127,47 @@ def test_the_broker_is_a_mesos_framework_with_its_role_quota_and_a_valid_config(
     assert str(REPO / "deploy" / "grafana" / "fairbroker.json") in mounts
     scrape = yaml.safe_load((DOCKER / "prometheus.yml").read_text())
     assert scrape["scrape_configs"][0]["static_configs"][0]["targets"] == ["broker:7082"]
+
+
+def test_the_broker_requires_a_token_made_at_first_start(resolved: dict, tmp_path: Path) -> None:
+    """The broker's tenant API listens beyond loopback (0.0.0.0 in the image): it reads a token
+    file that a one-shot service makes before it starts, and the batch client sends it."""
+    services = resolved["services"]
+    broker, maker, client = services["broker"], services["broker-token"], services["client"]
+    config, _ = load_serve_config({}, None, {k: str(v) for k, v in broker["environment"].items()})
+    assert config.token_file is not None and config.token is None
+    runtime = (DOCKER / "broker" / "Dockerfile").read_text().split("AS runtime", 1)[1]
+    assert re.search(r"^\s+FAIRBROKER_HOST=0\.0\.0\.0", runtime.split("AS client")[0], re.M)
+
+    def volume_at(service: dict, directory: Path) -> str:
+        (name,) = [v.split(":")[0] for v in service["volumes"] if v.split(":")[1] == str(directory)]
+        return name
+
+    directory = config.token_file.parent
+    volume = volume_at(broker, directory)
+    assert volume == volume_at(maker, directory) == volume_at(client, directory)
+    assert broker["depends_on"]["broker-token"]["condition"] == "service_completed_successfully"
+    assert maker["restart"] == "no" and maker["entrypoint"] == ["python", "-c"]
+    # the client's entrypoint exports the token for every fairbroker command
+    script = client["entrypoint"][2].replace("$$", "$")
+    assert f'FAIRBROKER_TOKEN="$(cat {config.token_file})" exec fairbroker "$@"' == script
+    # the maker's program, run here on a temporary directory: a random token, kept on a rerun
+    (program,) = maker["command"]
+    program = program.replace(str(directory), str(tmp_path))
+    if os.geteuid() != 0:  # handing the file to user 10001 needs root, as in the container
+        program = program.replace("os.chown(token, 10001, 10001);", "")
+    token = tmp_path / config.token_file.name
+    subprocess.run([sys.executable, "-c", program], check=True, timeout=30)
+    first = token.read_text()
+    assert len(first.strip()) >= 40 and first.endswith("\n")
+    assert token.stat().st_mode & 0o777 == 0o400
+    if os.geteuid() == 0:
+        assert (token.stat().st_uid, token.stat().st_gid) == (10001, 10001)
+    subprocess.run([sys.executable, "-c", program], check=True, timeout=30)
+    assert token.read_text() == first
+    token.unlink()
+    subprocess.run([sys.executable, "-c", program], check=True, timeout=30)
+    assert token.read_text() != first
 
 
 def test_dockerfiles_build_what_the_project_ships() -> None:

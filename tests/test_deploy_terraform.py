@@ -17,6 +17,9 @@ from pathlib import Path
 
 import hcl2
 import pytest
+import yaml
+
+from allocator.serve_config import load_serve_config
 
 REPO = Path(__file__).resolve().parents[1]
 TF = REPO / "terraform"
@@ -180,6 +183,10 @@ def test_no_admin_port_is_open_to_the_internet() -> None:
         assert source, key
         assert "0.0.0.0/0" not in json.dumps(rule) and "::/0" not in json.dumps(rule), key
         assert source.startswith(("${each.value", "${aws_security_group.cluster")), key
+        assert rule["security_group_id"] in (
+            "${aws_security_group.cluster.id}", "${aws_security_group.tenant_broker.id}",
+            "${aws_security_group.tenant_agent.id}",
+        ), key  # fmt: skip
         assert rule.get("description"), key
     assert "var.admin_cidrs" in ingress[("aws_vpc_security_group_ingress_rule", "admin")][
         "for_each"]  # fmt: skip
@@ -192,6 +199,84 @@ def test_no_admin_port_is_open_to_the_internet() -> None:
     egress = resources[("aws_vpc_security_group_egress_rule", "all")]
     assert egress["cidr_ipv4"] == "0.0.0.0/0"
     assert not any(k[0] == "aws_security_group_rule" for k in resources)  # one rule style
+
+
+def _rule_ports(rule: dict, local: dict) -> set[int]:
+    """The ports an ingress rule opens: literal from/to, or each entry of the locals map its
+    for_each iterates (`each.value.<key>.from` .. `.to`)."""
+    if isinstance(rule["from_port"], int):
+        return set(range(rule["from_port"], rule["to_port"] + 1))
+    maps = {name: v for name, v in local.items() if isinstance(v, dict)}
+    (name,) = {m for m in re.findall(r"local\.(\w+)", rule["for_each"]) if m in maps}
+    return {p for v in maps[name].values() for p in range(v["from"], v["to"] + 1)}
+
+
+def test_tenant_networks_reach_no_admin_port_but_the_broker_api() -> None:
+    """Only admin_cidrs and the cluster's own group may reach an admin port; tenant networks get
+    the tenant API (7080-7081, token required) on the broker host and Spark's ports on the
+    agents, and those Spark ranges leave out exactly the admin ports."""
+    resources = everything("resource")
+    local = load("security.tf")["locals"][0]
+    admin = {p for v in local["admin_ports"].values() for p in range(v["from"], v["to"] + 1)}
+    assert admin >= ADMIN_PORTS
+    tenant_reach: dict[str, set[int]] = {}
+    for (kind, name), rule in resources.items():
+        if kind != "aws_vpc_security_group_ingress_rule":
+            continue
+        ports = _rule_ports(rule, local)
+        if rule.get("referenced_security_group_id") == "${aws_security_group.cluster.id}":
+            continue  # cluster members
+        if "var.admin_cidrs" in rule["for_each"]:
+            assert "tenant" not in rule["for_each"], name
+            continue
+        assert "local.tenant_cidrs" in rule["for_each"], name  # the only other source
+        group = rule["security_group_id"]
+        tenant_reach.setdefault(group, set()).update(ports)
+    assert tenant_reach == {
+        "${aws_security_group.tenant_broker.id}": {7080, 7081},
+        "${aws_security_group.tenant_agent.id}": set(range(1024, 65536)) - admin,
+    }
+    # the tenant groups are on the hosts they are meant for, and nowhere else
+    groups = {
+        name: set(resources[("aws_instance", name)]["vpc_security_group_ids"])
+        for name in ("master", "agent", "broker")
+    }
+    cluster = "${aws_security_group.cluster.id}"
+    assert groups == {
+        "master": {cluster},
+        "agent": {cluster, "${aws_security_group.tenant_agent.id}"},
+        "broker": {cluster, "${aws_security_group.tenant_broker.id}"},
+    }
+
+
+def _render(template: str, **values: str) -> str:
+    """A cloud-init template with its ${...} filled in: the named values, else a placeholder."""
+    return re.sub(r"\$\{([^}]*)\}", lambda m: values.get(m.group(1), "placeholder"), template)
+
+
+def test_the_broker_host_requires_a_token(tmp_path: Path) -> None:
+    """The broker listens on 0.0.0.0: its configuration names a token file, and cloud-init
+    makes that file (random, readable by root and the fairbroker group only) before the
+    service starts."""
+    text = _render(
+        (TF / "templates" / "broker.yaml.tftpl").read_text(),
+        scheduler="rpsdsf", broker_ip="10.42.1.20", zk_url="zk://10.42.1.10:2181/mesos",
+        role="spark",
+    )  # fmt: skip
+    cloud = yaml.safe_load(text)
+    (config_file,) = [
+        f for f in cloud["write_files"] if f["path"] == "/etc/fairbroker/fairbroker.yaml"
+    ]
+    (tmp_path / "fairbroker.yaml").write_text(config_file["content"])
+    config, _ = load_serve_config({}, tmp_path / "fairbroker.yaml", {})
+    assert config.host == "0.0.0.0" and config.token is None
+    assert config.token_file == Path("/etc/fairbroker/token")
+    commands = [c if isinstance(c, str) else " ".join(c) for c in cloud["runcmd"]]
+    made = next(i for i, c in enumerate(commands) if "> /etc/fairbroker/token" in c)
+    assert "/dev/urandom" in commands[made] and "umask 077" in commands[made]
+    assert "test -s /etc/fairbroker/token ||" in commands[made]  # a rerun keeps the token
+    assert commands.index("chmod 0640 /etc/fairbroker/token") > made
+    assert commands.index("systemctl enable --now fairbroker") > made
 
 
 def test_instances_outputs_and_cloud_init() -> None:

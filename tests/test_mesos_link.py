@@ -7,11 +7,16 @@ framework kept), `--teardown-on-exit` and `fairbroker teardown` remove the frame
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
+import signal
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -259,3 +264,198 @@ def test_framework_settings_reach_the_framework_info(tmp_path: Path) -> None:
     gpus = config.model_copy(update={"gpus": True})
     info = mesos_backend(gpus, broker_options(gpus))._framework_info()
     assert {c["type"] for c in info["capabilities"]} == {"MULTI_ROLE", "GPU_RESOURCES"}
+
+
+class _Serve:
+    """`fairbroker serve --backend mesos` as a real subprocess (stderr to a file), stopped by
+    SIGTERM like systemd and docker stop it."""
+
+    def __init__(self, tmp_path: Path, master: str, *extra: str, name: str = "serve",
+                 spark: Path | None = None) -> None:  # fmt: skip
+        self.stderr_path = tmp_path / f"{name}.stderr"
+        self._stderr = open(self.stderr_path, "w")  # noqa: SIM115 (closed in stop)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from allocator.cli import main; main()", "serve",
+             "--backend", "mesos", "--master", master, "--port", "0", "--grpc-port", "0",
+             "--metrics-port", "0", "--state-dir", str(tmp_path / "b"), "--user", "nobody",
+             "--spark-home", str(spark or spark_home()), *extra],
+            stdout=subprocess.DEVNULL, stderr=self._stderr,
+        )  # fmt: skip
+        self.http, self.grpc = wait_for(lambda: self._address(), 60, "serve's address")
+
+    def _address(self) -> tuple[str, str] | None:
+        if self.process.poll() is not None:
+            raise AssertionError(f"serve exited {self.process.returncode}: {self.stderr()}")
+        match = re.search(r"serving on http://(\S+) .*, gRPC (\S+),", self.stderr())
+        return match.groups() if match else None
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    def healthz(self) -> int:
+        try:
+            with urllib.request.urlopen(f"http://{self.http}/healthz", timeout=5) as answer:
+                return answer.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout=60)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait(timeout=10)
+            self._stderr.close()
+
+
+_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) (\S+): (.*)$")
+
+
+def test_a_master_restart_logs_one_line_per_reconnect_attempt(tmp_path: Path) -> None:
+    """The master goes away and comes back on the same address: serve's stderr has one line
+    per connection attempt (each attempt's line is at least the announced back-off after the
+    previous one), no traceback, and no line twice."""
+    master = MesosMaster(AGENTS, allocation_interval=0.3, heartbeat_interval=1.0,
+                         work_dir=tmp_path / "mesos").start()  # fmt: skip
+    port = master.core.port
+    again: MesosMaster | None = None
+    serve = _Serve(tmp_path, master.address)
+    try:
+        wait_for(lambda: serve.healthz() == 200, 60, "the framework to subscribe")
+        master.stop()
+        wait_for(lambda: serve.healthz() == 503, 30, "/healthz to answer 503")
+        attempt = re.compile(rf"connect to 127\.0\.0\.1:{port} error: .*, sleep (\d+)s and try")
+        wait_for(lambda: len(attempt.findall(serve.stderr())) >= 3, 60, "three attempts")
+        again = MesosMaster(AGENTS, allocation_interval=0.3, heartbeat_interval=1.0,
+                            work_dir=tmp_path / "mesos-again", port=port).start()  # fmt: skip
+        wait_for(lambda: serve.healthz() == 200, 60, "the framework to subscribe again")
+    finally:
+        code = serve.stop()
+        master.stop()
+        if again is not None:
+            again.stop()
+    assert code == 0
+    text = serve.stderr()
+    assert "Traceback" not in text and 'File "' not in text, text
+    lines = text.splitlines()
+    records = [m.groups() for m in map(_LOG_LINE.match, lines) if m]
+    # no line about the link twice in a row (uvicorn's "Started server process" is said once
+    # by each of the two HTTP servers, the tenant API and /metrics: not a link line)
+    said = [r[1:] for r in records if r[2].startswith(("pymesos", "allocator.backends"))]
+    assert all(a != b for a, b in itertools.pairwise(said)), text
+    assert all(not line.startswith(" ") for line in lines), text  # nothing but log lines
+    attempts = [
+        (time.mktime(time.strptime(when[:19], "%Y-%m-%d %H:%M:%S")) + int(when[20:]) / 1000,
+         int(found.group(1)))
+        for when, _, _, message in records if (found := attempt.search(message))
+    ]  # fmt: skip
+    assert len(attempts) >= 3, text
+    for (at, sleep), (next_at, _) in itertools.pairwise(attempts):
+        assert next_at - at >= sleep, (at, sleep, next_at, text)  # one line per attempt
+    # the broker's own lines about the link: once per event (lost, regained, lost at the
+    # stop), not once per attempt
+    link = Counter(m for _, _, name, m in records if name == "allocator.backends.mesos")
+    assert link["disconnected from the Mesos master"] == 2, text
+    assert sum(n for m, n in link.items() if m.startswith("re-registered with Mesos")) == 1, text
+
+
+def _sleeping_spark(tmp_path: Path) -> Path:
+    """A Spark home whose executor (`bin/spark-class`) sleeps: a task that keeps running."""
+    home = tmp_path / "sleeping-spark"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "spark-class").write_text("#!/bin/sh\nexec sleep 600\n")
+    (home / "bin" / "spark-class").chmod(0o755)
+    return home
+
+
+def test_sigterm_fails_over_a_restart_readopts_and_teardown_removes(tmp_path: Path) -> None:
+    """End to end with `fairbroker serve --backend mesos` processes: SIGTERM with an executor
+    running sends no TEARDOWN, keeps the task and the framework id; a restart is the same
+    framework with the task re-adopted and nothing launched twice; `fairbroker teardown --yes`
+    removes the framework and kills the task; `serve --teardown-on-exit` tears its new
+    framework down on SIGTERM."""
+    spark, id_file = _sleeping_spark(tmp_path), tmp_path / "b" / "mesos-framework-id"
+    running: list[_Serve] = []
+    try:
+        _sigterm_scenario(tmp_path, spark, id_file, running)
+    finally:  # a failed assertion must not leave a broker behind
+        for serve in running:
+            serve.stop(signal.SIGKILL)
+
+
+def _sigterm_scenario(tmp_path: Path, spark: Path, id_file: Path, running: list[_Serve]) -> None:
+    from allocator.broker.client import BrokerClient
+    from allocator.broker.proto import pb
+
+    with MesosMaster(AGENTS, allocation_interval=0.3, work_dir=tmp_path / "mesos") as master:
+
+        def tasks(state: str | None = None) -> list[tuple[str, str]]:
+            return sorted((t.task_id, t.framework_id) for t in master.tasks(state))
+
+        first = _Serve(tmp_path, master.address, "--lease", "600", "--scheduler", "drf",
+                       name="first", spark=spark)  # fmt: skip
+        running.append(first)
+        wait_for(lambda: first.healthz() == 200, 60, "the framework to subscribe")
+        with BrokerClient(first.grpc) as client:
+            client.register(pb.RegisterRequest(
+                tenant_id="t", demand={"cpus": 2, "mem": 1024}, target=1,
+                launch=pb.ExecutorLaunch(driver_url="spark://CoarseGrainedScheduler@127.0.0.1:9",
+                                         app_id="t", cores=2, heap_mib=640),
+            ))  # fmt: skip
+        wait_for(lambda: len(tasks("TASK_RUNNING")) == 1, 60, "the executor to run")
+        (framework,) = master.frameworks()
+        assert tasks("TASK_RUNNING") == [("t.1", framework.id)]
+
+        assert first.stop(signal.SIGTERM) == 0
+        assert "stopping, failing over (tasks kept)" in first.stderr()
+        assert not master.calls("TEARDOWN")
+        wait_for(lambda: not master.frameworks()[0].connected, 10, "the stream to close")
+        (kept,) = master.frameworks()
+        assert kept.id == framework.id and not kept.removed
+        assert tasks("TASK_RUNNING") == [("t.1", framework.id)]  # the executor kept running
+        assert id_file.read_text().strip() == framework.id
+
+        second = _Serve(tmp_path, master.address, "--lease", "600", "--scheduler", "drf",
+                        name="second", spark=spark)  # fmt: skip
+        running.append(second)
+
+        def readopted() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://{second.http}/healthz", timeout=5) as r:
+                    return json.loads(r.read()).get("unreconciled_tasks") == 0
+            except urllib.error.HTTPError:
+                return False
+
+        wait_for(readopted, 60, "the restarted broker to subscribe and reconcile its task")
+        assert [f.id for f in master.frameworks()] == [framework.id]
+        with BrokerClient(second.grpc) as client:
+            (tenant,) = client.allocation().tenants
+        assert tenant.running == 1
+        assert tasks() == [("t.1", framework.id)]  # re-adopted, nothing launched twice
+        assert second.stop(signal.SIGTERM) == 0
+        assert not master.calls("TEARDOWN") and tasks("TASK_RUNNING") == [("t.1", framework.id)]
+
+        done = run_fairbroker("teardown", "--master", master.address,
+                              "--state-dir", str(tmp_path / "b"), "--yes")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert framework.id in done.stdout + done.stderr
+        # heard by the master before the command exits (it once exited first, now and then)
+        assert len(master.calls("TEARDOWN")) == 1 and not id_file.exists()
+        wait_for(lambda: master.frameworks()[0].removed, 10, "the framework to be removed")
+        wait_for(lambda: not tasks("TASK_RUNNING"), 30, "the executor to be killed")
+
+        third = _Serve(tmp_path, master.address, "--teardown-on-exit", name="third",
+                       spark=spark)  # fmt: skip
+        running.append(third)
+        wait_for(lambda: third.healthz() == 200, 60, "a new framework to subscribe")
+        new_id = id_file.read_text().strip()
+        assert new_id != framework.id
+        assert third.stop(signal.SIGTERM) == 0
+        assert "tearing the framework down" in third.stderr()
+        assert len(master.calls("TEARDOWN")) == 2 and not id_file.exists()
+        assert {f.id: f.removed for f in master.frameworks()} == {
+            framework.id: True, new_id: True
+        }

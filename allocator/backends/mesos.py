@@ -43,6 +43,7 @@ from allocator.errors import FairbrokerError
 from allocator.mesos_defaults import REFUSE_SECONDS
 
 log = logging.getLogger(__name__)
+DRIVER_STOP_S = 10.0  # at most this long for pymesos's I/O thread to finish (and TEARDOWN)
 
 ROLE_ATTRIBUTE = "mesos_role"
 FRAMEWORK_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
@@ -368,6 +369,12 @@ class MesosBackend:
         # failover=True keeps the framework (and its tasks) for a restarted broker; a torn
         # down framework's id cannot subscribe again, so it is forgotten
         self._driver.stop(failover=not kill_executors)
+        # pymesos sends TEARDOWN from its I/O thread on the way out: wait for it, or a
+        # process that exits right after (`fairbroker teardown`, serve --teardown-on-exit)
+        # may end before the master hears it
+        wait = getattr(self._driver, "wait_stopped", None)
+        if wait is not None and not wait(DRIVER_STOP_S):
+            log.warning("the Mesos driver did not stop within %.0f s", DRIVER_STOP_S)
         if kill_executors:
             self._framework_file().unlink(missing_ok=True)
 
@@ -411,10 +418,13 @@ class MesosBackend:
 
     @_guarded
     def disconnected(self, driver: Any) -> None:
-        log.warning("disconnected from the Mesos master")
-        self.link.disconnected()
+        # pymesos calls this after every failed connection attempt too: say it once, when the
+        # subscription is lost (pymesos logs each attempt on its own line)
         with self._lock:
-            self._subscribed = False
+            was_subscribed, self._subscribed = self._subscribed, False
+        if was_subscribed:
+            log.warning("disconnected from the Mesos master")
+        self.link.disconnected()
 
     @_guarded
     def processHeartBeat(self, driver: Any) -> None:
@@ -719,8 +729,9 @@ class MesosBackend:
                 try:
                     self._driver.stop(failover=True)
                     self._connect()
-                except Exception:
-                    log.exception("reconnecting to the Mesos master failed")
+                except Exception as error:  # one line per attempt; the traceback at debug
+                    log.warning("reconnecting to the Mesos master failed: %s", error)
+                    log.debug("reconnect failure", exc_info=True)
                     self._last_heartbeat = time.monotonic()
 
     def _look_at_agents(self) -> None:
@@ -801,6 +812,20 @@ class _Capacity(Mapping[str, float]):
         return self._now().items()
 
 
+class _SocketErrorsOnOneLine(logging.Filter):
+    """pymesos logs a failed send or receive with logger.exception: a traceback on every
+    reconnect attempt. A socket error becomes one line with the error's text; any other
+    exception (a bug, in pymesos or in a callback) keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, OSError):
+            record.msg = f"{record.getMessage()}: {error.strerror or error}"
+            record.args = None
+            record.exc_info = record.exc_text = None
+        return True
+
+
 def _pymesos_driver(scheduler: MesosBackend, framework: dict, options: MesosOptions) -> Any:
     import pymesos
     from pymesos import MesosSchedulerDriver
@@ -808,11 +833,24 @@ def _pymesos_driver(scheduler: MesosBackend, framework: dict, options: MesosOpti
     # pymesos adds its own stderr handler to its logger, which also propagates to the
     # root logger: every line twice. The application's logging configuration decides.
     logging.getLogger(pymesos.__name__).handlers.clear()
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if (
+            name.split(".")[0] == pymesos.__name__
+            and isinstance(logger, logging.Logger)
+            and not any(isinstance(f, _SocketErrorsOnOneLine) for f in logger.filters)
+        ):
+            logger.addFilter(_SocketErrorsOnOneLine())
 
     class Driver(MesosSchedulerDriver):
         @property
         def framework(self) -> dict:
             return dict(self._framework)  # as given: no capability added, no default timeout
+
+        def wait_stopped(self, timeout: float) -> bool:
+            thread = self._io_thread
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout)
+            return thread is None or not thread.is_alive()
 
         def killTask(self, task_id: dict, agent_id: dict | None = None) -> None:
             # pymesos drops the agent id; the master needs it to forward a KILL for a task it

@@ -74,7 +74,9 @@ class MesosMaster:
         offer_timeout: float | None = None,
         seed: int | None = None,
         work_dir: Path | None = None,
+        port: int = 0,
     ) -> None:
+        self._port = port  # 0: any free port; a fixed one restarts "the same" master
         self._own_work_dir = work_dir is None
         self.work_dir = Path(tempfile.mkdtemp(prefix="mesos-master-")) if work_dir is None else (
             work_dir
@@ -94,7 +96,7 @@ class MesosMaster:
     def start(self) -> MesosMaster:
         if self._server is not None:
             raise RuntimeError("the master is already started")
-        self._server = MasterHTTPServer(self.core)
+        self._server = MasterHTTPServer(self.core, self._port)
         self.core.port = self._server.server_address[1]
         for spec in self._specs:
             self.core.add_agent(spec)

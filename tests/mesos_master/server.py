@@ -24,11 +24,11 @@ class MasterHTTPServer(ThreadingHTTPServer):
     daemon_threads = False  # server_close() joins every handler thread
     block_on_close = True
 
-    def __init__(self, core: MasterCore) -> None:
+    def __init__(self, core: MasterCore, port: int = 0) -> None:
         self.core = core
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(("127.0.0.1", port), _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._connections_lock:
