@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from mesos_master import AgentSpec, MesosMaster, SchedulerStream
 from mesos_master.wire import RecordIODecoder, encode_record
-from real_mesos import SKIP_REASON, RealMesos, mesos_home
+from real_mesos import SKIP_REASON, RealMesos, describe, mesos_home, processes_under
 
 from allocator.backends.base import AgentInfo
 
@@ -44,6 +44,8 @@ def master(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MesosMast
                   for k, a in enumerate((A1, A2))]  # fmt: skip
         with RealMesos(agents, work_dir=tmp_path / "real", allocation_interval=0.1) as real:
             yield real  # type: ignore[misc]  (the same introspection, duck-typed)
+        left = processes_under(tmp_path / "real")
+        assert not left, f"processes outlived the real master: {describe(left)}"
         return
     with MesosMaster([A1, A2], allocation_interval=0.1, heartbeat_interval=0.3,
                      status_update_retry=0.5, seed=7) as m:  # fmt: skip
@@ -202,6 +204,20 @@ def test_heartbeat_follows_subscribed_at_once_then_every_interval(subscribe) -> 
     gaps = [b - a for a, b in itertools.pairwise(beats[1:])]
     assert all(0.2 <= gap <= 0.6 for gap in gaps), gaps
 
+
+
+@BOTH
+def test_subscribed_names_the_heartbeat_interval_and_a_heartbeat_follows_at_once(
+    master: MesosMaster, subscribe
+) -> None:
+    """SUBSCRIBED carries `heartbeat_interval_seconds` (a real master's is fixed at 15 s; the
+    test master's is configurable, 0.3 s here) and the first HEARTBEAT comes right after it,
+    before any offer: a framework can arm its missed-heartbeat timer from SUBSCRIBED."""
+    stream = subscribe()
+    first = stream.next_event("SUBSCRIBED")
+    interval = first["subscribed"]["heartbeat_interval_seconds"]
+    assert interval == (15.0 if isinstance(master, RealMesos) else 0.3)
+    assert stream.next_event(timeout=5)["type"] == "HEARTBEAT"
 
 @BOTH
 def test_master_prefixed_scheduler_path_is_routed_too(master: MesosMaster) -> None:
@@ -416,6 +432,28 @@ def test_decline_without_filters_refuses_for_the_5s_default(master: MesosMaster,
     offer_on(stream, a2, timeout=1.0)
 
 
+
+@BOTH
+def test_a_declined_offer_returns_after_the_5s_default_filter_or_at_once_on_revive(
+    master: MesosMaster, subscribe
+) -> None:
+    """Seen on the stream only: an offer declined without filters comes back after the
+    default 5 s refusal (not at the next allocation), and REVIVE clears the filter."""
+    stream = subscribe()
+    a2 = master.agent_id("a2")
+    offer = offer_on(stream, a2)
+    assert stream.framework_call("DECLINE", decline={"offer_ids": [offer["id"]]})[0] == 202
+    declined = time.monotonic()
+    again = offer_on(stream, a2, timeout=15)
+    waited = time.monotonic() - declined
+    assert 4.8 <= waited < 10, waited  # 5 s, plus up to an allocation cycle and some load
+    assert stream.framework_call("DECLINE", decline={"offer_ids": [again["id"]]})[0] == 202
+    declined = time.monotonic()
+    assert stream.framework_call("REVIVE")[0] == 202
+    offer_on(stream, a2, timeout=10)
+    assert time.monotonic() - declined < 4.5  # before the new 5 s filter would expire
+
+@BOTH
 def test_refuse_seconds_is_honoured_and_zero_installs_no_filter(master: MesosMaster,
                                                                subscribe) -> None:  # fmt: skip
     stream = subscribe()
