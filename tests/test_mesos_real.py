@@ -226,9 +226,16 @@ def test_status_shows_the_real_masters_view(tmp_path: Path, mesos: RealMesos) ->
         state = mesos.state()  # (the framework is torn down when the broker stops)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
+    headers = [i for i, x in enumerate(lines) if x.startswith("agent ")]
+    assert len(headers) == 2, done.stdout  # the broker's agent table and the master's
     for agent in state["slaves"]:  # the broker's table and the master's: id, then host
-        rows = [x.split()[:2] for x in lines if x.startswith(agent["id"] + " ")]
-        assert rows == [[agent["id"], agent["hostname"]]] * 2, (agent["id"], done.stdout)
+        rows = [(i, x) for i, x in enumerate(lines) if x.startswith(agent["id"] + " ")]
+        assert [x.split()[:2] for _, x in rows] == [[agent["id"], agent["hostname"]]] * 2, (
+            agent["id"], done.stdout)  # fmt: skip
+        for i, row in rows:  # the host column starts under its header, for 39-41 char ids
+            header = lines[max(h for h in headers if h < i)]
+            assert row.index(agent["hostname"], len(agent["id"])) == header.index("host"), (
+                header, row)  # fmt: skip
     (framework,) = state["frameworks"]
     (line,) = [x for x in lines if x.startswith(framework["id"] + " ")]
     assert line.split()[1] == "fairbroker" and len(framework["id"]) >= 39
