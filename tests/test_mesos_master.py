@@ -23,7 +23,14 @@ from typing import Any
 import pytest
 from mesos_master import AgentSpec, MesosMaster, SchedulerStream
 from mesos_master.wire import RecordIODecoder, encode_record
-from real_mesos import SKIP_REASON, RealMesos, describe, mesos_home, processes_under
+from real_mesos import (
+    SKIP_REASON,
+    RealMesos,
+    describe,
+    mesos_home,
+    processes_under,
+    wait_until,
+)
 
 from allocator.backends.base import AgentInfo
 
@@ -510,6 +517,41 @@ def test_suppress_and_revive_by_role(master: MesosMaster, subscribe) -> None:
     assert master.frameworks()[0].suppressed == {"r1"}
     assert master.calls("REVIVE")[-1].framework_id == fid
 
+
+
+def outstanding_offers(master: MesosMaster) -> list[str]:
+    """Offer ids the master counts as outstanding, from /master/state (both masters)."""
+    _, _, body = raw_request(master, "GET", "/master/state")
+    return [o["id"] for f in json.loads(body)["frameworks"] for o in f.get("offers", [])]
+
+
+@BOTH
+def test_suppress_and_revive_by_role_seen_on_the_stream(master: MesosMaster, subscribe) -> None:
+    """Seen on the stream and /master/state only: SUPPRESS without a body stops offers for
+    every role; REVIVE of a role the framework lacks changes nothing (still 202); REVIVE of
+    one role brings offers of that role only."""
+    stream = subscribe({**FRAMEWORK, "roles": ["r1", "r2"],
+                        "capabilities": [{"type": "MULTI_ROLE"}]})  # fmt: skip
+    stream.next_event("OFFERS")
+    assert stream.framework_call("SUPPRESS")[0] == 202  # no body: all roles
+    declined: set[str] = set()
+    for _ in range(3):  # an offer made just before the SUPPRESS is handed back too
+        for offer_id in outstanding_offers(master):
+            code, _ = stream.framework_call("DECLINE", decline={
+                "offer_ids": [{"value": offer_id}], "filters": {"refuse_seconds": 0}})  # fmt: skip
+            assert code == 202
+            declined.add(offer_id)
+        wait_until(lambda: not outstanding_offers(master), 5, "the declines to be processed")
+    time.sleep(0.5)  # five allocation intervals: a suppressed framework gets nothing new
+    late = {o["id"]["value"] for e in stream.unread("OFFERS") for o in e["offers"]["offers"]}
+    assert late <= declined and not outstanding_offers(master), (late, declined)
+    stream.skip_all()
+    assert stream.framework_call("REVIVE", revive={"roles": ["elsewhere"]})[0] == 202
+    time.sleep(0.3)
+    assert not stream.unread("OFFERS") and not outstanding_offers(master)
+    assert stream.framework_call("REVIVE", revive={"roles": ["r2"]})[0] == 202
+    event = stream.next_event("OFFERS", timeout=5)
+    assert {o["allocation_info"]["role"] for o in event["offers"]["offers"]} == {"r2"}
 
 # Launch, status updates, acknowledgements -------------------------------------------------
 
