@@ -590,6 +590,41 @@ def test_launch_reports_starting_running_finished_each_awaiting_its_ack(
     assert framework["tasks"] == []
 
 
+
+@BOTH
+def test_updates_come_one_at_a_time_each_after_the_previous_ack(
+    master: MesosMaster, subscribe
+) -> None:
+    """Seen on the stream and /master/state: STARTING (from the executor, a 16-byte uuid),
+    nothing newer until it is acknowledged, then RUNNING, then FINISHED with the command's
+    exit message; the task ends among the completed tasks."""
+    stream = subscribe()
+    offer = stream.next_event("OFFERS")["offers"]["offers"][0]
+    assert launch(stream, [offer], [task_info("echo", offer, "echo hi")]) == (202, "")
+    starting = next_update(stream, "echo")
+    assert starting["state"] == "TASK_STARTING"
+    assert starting["source"] == "SOURCE_EXECUTOR"
+    assert starting["agent_id"] == offer["agent_id"]
+    assert len(base64.b64decode(starting["uuid"])) == 16
+    time.sleep(1.0)  # unacknowledged: at most the same update again, nothing newer
+    for event in stream.unread("UPDATE"):
+        assert event["update"]["status"]["uuid"] == starting["uuid"], event
+    ack(stream, starting)
+    running = next_update(stream, "echo", "TASK_RUNNING")
+    assert running["uuid"] != starting["uuid"]
+    ack(stream, running)
+    finished = next_update(stream, "echo", "TASK_FINISHED")
+    assert finished["message"] == "Command exited with status 0"
+    ack(stream, finished)
+
+    def completed() -> list[str]:
+        _, _, body = raw_request(master, "GET", "/master/state")
+        (framework,) = json.loads(body)["frameworks"]
+        assert framework["tasks"] == [] or framework["tasks"][0]["id"] == "echo"
+        return [t["id"] for t in framework["completed_tasks"]]
+
+    wait_until(lambda: completed() == ["echo"], 10, "echo among the completed tasks")
+
 def test_command_exit_status_environment_and_arguments(master: MesosMaster, subscribe) -> None:
     stream = subscribe()
     offer = stream.next_event("OFFERS")["offers"]["offers"][0]
@@ -748,6 +783,46 @@ def test_teardown_kills_tasks_and_ends_the_framework(master: MesosMaster, subscr
     finally:
         again.close()
 
+
+
+@BOTH
+def test_teardown_kills_the_tasks_and_removes_the_framework_seen_from_outside(
+    master: MesosMaster, subscribe, tmp_path: Path
+) -> None:
+    """TEARDOWN seen from the stream, /master/state and the task's own process: the stream
+    ends, the task's process is killed and the task is TASK_KILLED in the completed
+    framework, calls for it are refused, and its id cannot subscribe again."""
+    stream = subscribe({**FRAMEWORK, "failover_timeout": 60.0})
+    offer = stream.next_event("OFFERS")["offers"]["offers"][0]
+    pid_file = tmp_path / "victim.pid"
+    launch(stream, [offer], [task_info("victim", offer, f"echo $$ > {pid_file}; exec sleep 60")])
+    for state in ("TASK_STARTING", "TASK_RUNNING"):
+        ack(stream, next_update(stream, "victim", state))
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), 10,
+               "the task to write its pid")  # fmt: skip
+    pid = int(pid_file.read_text())
+    assert alive(pid)
+    fid = stream.framework_id
+    assert stream.framework_call("TEARDOWN") == (202, "")
+    assert stream.ended.wait(5) and stream.clean_end
+    wait_until(lambda: not alive(pid), 15, "the task's process to be killed")
+    code, _ = stream.framework_call("REVIVE")
+    assert code == 400
+
+    def completed() -> list[tuple[str, str, str]]:
+        _, _, body = raw_request(master, "GET", "/master/state")
+        state = json.loads(body)
+        assert state["frameworks"] == []
+        return [(f["id"], t["id"], t["state"]) for f in state["completed_frameworks"]
+                for t in [*f.get("tasks", []), *f.get("completed_tasks", [])]]  # fmt: skip
+
+    wait_until(lambda: completed() == [(fid, "victim", "TASK_KILLED")], 10,
+               "the torn-down framework's task to be TASK_KILLED in /master/state")  # fmt: skip
+    again = SchedulerStream(master.address, FRAMEWORK, framework_id=fid).open()
+    try:
+        assert again.next_event()["error"]["message"] == "Framework has been removed"
+    finally:
+        again.close()
 
 # Operator endpoints -----------------------------------------------------------------------
 
