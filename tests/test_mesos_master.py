@@ -525,6 +525,32 @@ def outstanding_offers(master: MesosMaster) -> list[str]:
     return [o["id"] for f in json.loads(body)["frameworks"] for o in f.get("offers", [])]
 
 
+
+@BOTH
+def test_a_filter_hides_only_offers_that_fit_inside_what_was_refused(
+    master: MesosMaster, subscribe
+) -> None:
+    """Seen on the stream: the remainder of an accepted offer refused for a minute is not
+    offered again while the agent has only that much; once the task ends, the agent has
+    more than was refused and is offered at once, whole (a real agent also offers disk and
+    ports: only cpus and mem are compared)."""
+    stream = subscribe()
+    a2 = master.agent_id("a2")
+    offer = offer_on(stream, a2)
+    launch(stream, [offer], [task_info("short", offer, "sleep 1", cpus=1, mem=64)],
+           filters={"refuse_seconds": 60})  # fmt: skip
+    started = time.monotonic()
+    run_to_end(stream, "short")
+    again = offer_on(stream, a2, timeout=10)
+    assert time.monotonic() - started < 30  # well before the 60 s filter would expire
+    offered = {r["name"]: r["scalar"]["value"] for r in again["resources"]
+               if r["type"] == "SCALAR" and r["name"] in ("cpus", "mem")}  # fmt: skip
+    assert offered == {"cpus": 2.0, "mem": 1024.0}
+    earlier = [o for e in stream.received if e.get("type") == "OFFERS"
+               for o in e["offers"]["offers"]
+               if o["agent_id"]["value"] == a2 and o["id"] != again["id"]]  # fmt: skip
+    assert [o["id"] for o in earlier] == [offer["id"]]  # nothing of a2 while it ran
+
 @BOTH
 def test_suppress_and_revive_by_role_seen_on_the_stream(master: MesosMaster, subscribe) -> None:
     """Seen on the stream and /master/state only: SUPPRESS without a body stops offers for

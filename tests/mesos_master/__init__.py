@@ -8,7 +8,8 @@ The tests marked BOTH in tests/test_mesos_master.py run against this master and 
 Mesos 1.11.0 master alike (the scheduler endpoint's error answers and their order, routing
 and 404s, nested offers with each agent's remainder, allocation_info for MULTI_ROLE, invalid
 FrameworkInfo as 200 then ERROR, SUBSCRIBED's heartbeat interval and the HEARTBEAT right
-after it, the 5 s default DECLINE filter and REVIVE clearing it, refuse_seconds, SUPPRESS
+after it, the 5 s default DECLINE filter and REVIVE clearing it, refuse_seconds, a filter
+hiding only offers that fit inside what was refused, SUPPRESS
 and REVIVE by role, updates one at a time after each ACKNOWLEDGE, TEARDOWN, KILL of an
 unknown task and implicit/explicit reconciliation, TASK_DROPPED for partition-aware
 frameworks), reading only the stream and /master/state; `/master/slaves` was added after
