@@ -700,6 +700,43 @@ def test_kill_sends_sigterm_then_sigkill_after_the_grace_period(master: MesosMas
                     what="the task's process group to die")  # fmt: skip
 
 
+
+@BOTH
+def test_kill_honours_the_grace_period_seen_from_outside(
+    master: MesosMaster, subscribe, tmp_path: Path
+) -> None:
+    """KILL seen from the stream and the tasks' own processes: TASK_KILLING first (with the
+    capability), a task that ignores SIGTERM is SIGKILLed after its kill_policy grace
+    period, one that does not ends on SIGTERM, and no process of either is left."""
+    stream = subscribe({**FRAMEWORK, "capabilities": [{"type": "TASK_KILLING_STATE"}]})
+    offer = stream.next_event("OFFERS")["offers"]["offers"][0]
+    pid, child = tmp_path / "stubborn.pid", tmp_path / "stubborn.child"
+    stubborn = task_info(
+        "stubborn", offer, f"trap '' TERM; sleep 60 & echo $! > {child}; echo $$ > {pid}; wait",
+        kill_policy={"grace_period": {"nanoseconds": 300_000_000}},
+    )  # fmt: skip
+    polite = task_info("polite", offer, "sleep 60")
+    launch(stream, [offer], [stubborn, polite])
+    for task_id in ("stubborn", "polite"):
+        for state in ("TASK_STARTING", "TASK_RUNNING"):
+            ack(stream, next_update(stream, task_id, state))
+    wait_until(lambda: child.exists() and pid.exists() and child.read_text().strip()
+               and pid.read_text().strip(), 10, "the stubborn task's pids")  # fmt: skip
+    pids = [int(path.read_text()) for path in (pid, child)]
+    for task_id in ("stubborn", "polite"):
+        assert stream.framework_call("KILL", kill={"task_id": {"value": task_id}})[0] == 202
+    asked = time.monotonic()
+    killing = next_update(stream, "stubborn", "TASK_KILLING")
+    assert killing["source"] == "SOURCE_EXECUTOR"
+    ack(stream, killing)
+    polite_end = [s for s in run_to_end(stream, "polite") if s["state"] != "TASK_KILLING"]
+    assert polite_end[-1]["state"] == "TASK_KILLED"
+    assert polite_end[-1]["message"] == "Command terminated with signal Terminated"
+    killed = next_update(stream, "stubborn", "TASK_KILLED", timeout=10)
+    assert time.monotonic() - asked >= 0.25  # it ignored SIGTERM for the grace period
+    assert killed["message"] == "Command terminated with signal Killed"
+    wait_until(lambda: not any(alive(p) for p in pids), 10, "the task's processes to die")
+
 @BOTH
 def test_kill_of_unknown_task_is_answered_by_reconciliation(master: MesosMaster, subscribe) -> None:
     stream = subscribe()
