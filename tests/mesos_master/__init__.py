@@ -13,7 +13,7 @@ hiding only offers that fit inside what was refused, SUPPRESS
 and REVIVE by role, updates one at a time after each ACKNOWLEDGE, TEARDOWN, KILL with
 TASK_KILLING and the kill_policy grace period (SIGTERM, then SIGKILL), KILL of an unknown
 task and implicit/explicit reconciliation, TASK_DROPPED for partition-aware
-frameworks), reading only the stream and /master/state; `/master/slaves` was added after
+frameworks, /version, /master/state and /metrics/snapshot with a running task), reading only the stream and /master/state; `/master/slaves` was added after
 the broker met a real master. Still tested against this master only, because they read its
 internals or need what a real one cannot do on demand: filter bookkeeping
 (`core.filters`), the sandbox files of a task, agent loss and offer
