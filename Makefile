@@ -32,6 +32,7 @@ system-deps:
 	missing=""; \
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
 	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
+	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
 	[ -z "$$missing" ] || ($(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		$(SUDO) apt-get install -y -qq --no-install-recommends $$missing)
 

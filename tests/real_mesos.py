@@ -10,7 +10,9 @@ tests that need it skip.
         mesos.tasks("TASK_RUNNING"), mesos.kill_agent("t1-a"), mesos.restart_agent("t1-a")
 
 The master keeps a replicated-log registry in its work dir (a restart keeps agents and
-frameworks); each agent listens on its own 127.0.1.x address and free port with its own
+frameworks). With `zk=` (a `ZooKeeper` on loopback, Debian's `zookeeper` package) the master
+is elected through ZooKeeper and the agents find it there (`zk://`), as in a real
+fail-over set-up. Each agent listens on its own 127.0.1.x address and free port with its own
 work and runtime dirs. Every process started here is stopped by pid at teardown, and so
 are the process groups of the executors the agents started (they outlive their agent).
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -39,6 +42,11 @@ SKIP_REASON = (
     "(or $MESOS_HOME/install.sh); or set MESOS_HOME to an unpacked build"
 )
 STOP_TIMEOUT_S = 10.0
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")  # Debian's `zookeeper` package
+ZK_SKIP_REASON = (
+    f"no ZooKeeper: {ZOOKEEPER_JAR} and java come with Debian's `zookeeper` package "
+    "(`make system-deps` installs it)"
+)
 
 
 def mesos_home() -> Path | None:
@@ -105,6 +113,81 @@ def _alive(entry: Path) -> bool:
         return False
 
 
+def zookeeper_available() -> bool:
+    return ZOOKEEPER_JAR.is_file() and shutil.which("java") is not None
+
+
+class ZooKeeper:
+    """A standalone ZooKeeper server on 127.0.0.1 and a free port, its data in `work_dir`;
+    stopped by pid.
+
+        with ZooKeeper(tmp_path / "zk") as zk:
+            zk.url("/mesos")     # zk://127.0.0.1:PORT/mesos
+    """
+
+    def __init__(self, work_dir: Path) -> None:
+        if not zookeeper_available():
+            raise RuntimeError(ZK_SKIP_REASON)
+        self.work_dir = Path(work_dir)
+        self.port = free_port()
+        self._process: subprocess.Popen | None = None
+        self._log: Any = None
+
+    def url(self, path: str = "/mesos") -> str:
+        return f"zk://127.0.0.1:{self.port}{path}"
+
+    def start(self) -> ZooKeeper:
+        (self.work_dir / "data").mkdir(parents=True, exist_ok=True)
+        config = self.work_dir / "zoo.cfg"
+        config.write_text(
+            f"tickTime=500\ndataDir={self.work_dir / 'data'}\nclientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
+        )
+        self._log = open(self.work_dir / "zookeeper.log", "ab")  # noqa: SIM115 (closed at stop)
+        self._process = subprocess.Popen(
+            ["java", "-cp", str(ZOOKEEPER_JAR),
+             "org.apache.zookeeper.server.ZooKeeperServerMain", str(config)],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, cwd=self.work_dir,
+        )  # fmt: skip
+        try:
+            wait_until(self._serves, 60, f"ZooKeeper on 127.0.0.1:{self.port} to serve")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _serves(self) -> bool:
+        assert self._process is not None
+        if self._process.poll() is not None:
+            log = (self.work_dir / "zookeeper.log").read_text(errors="replace")[-2000:]
+            raise AssertionError(f"ZooKeeper exited: {log}")
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+                s.sendall(b"srvr")  # four-letter word, allowed by default
+                return b"Mode: standalone" in s.recv(4096)
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(STOP_TIMEOUT_S)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> ZooKeeper:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 @dataclass(frozen=True)
 class RealTask:
     task_id: str
@@ -127,6 +210,7 @@ class RealMesos:
         agent_ping_timeout: float | None = None,
         max_agent_ping_timeouts: int = 2,
         master_flags: Iterable[str] = (),
+        zk: str | None = None,
     ) -> None:
         home = mesos_home()
         if home is None:
@@ -135,6 +219,7 @@ class RealMesos:
         self.work_dir = Path(work_dir)
         self.agent_specs = {a.name: a for a in agents}
         self.port = free_port()
+        self.zk = zk  # zk://HOST:PORT/PATH: masters elected there, agents find them there
         flags = [
             f"--allocation_interval={allocation_interval}secs",
             *master_flags,
@@ -156,6 +241,11 @@ class RealMesos:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def framework_master(self) -> str:
+        """What a framework is given as its master: the ZooKeeper URL, or HOST:PORT."""
+        return self.zk or self.address
+
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
         log = open(self.work_dir / f"{name}.log", "ab")  # noqa: SIM115 (closed at stop)
         self._logs.append(log)
@@ -169,14 +259,20 @@ class RealMesos:
             str(self.home / "bin" / "mesos-master"), "--ip=127.0.0.1", "--hostname=127.0.0.1",
             f"--port={self.port}", f"--work_dir={self.work_dir / 'master'}",
             "--registry=replicated_log", "--quorum=1", *self._master_flags,
+            *([f"--zk={self.zk}"] if self.zk else []),
         ])  # fmt: skip
-        wait_until(self._master_answers, 30, f"the Mesos master on {self.address} to answer")
+        # with ZooKeeper a restarted master waits for the killed one's session to expire
+        # (--zk_session_timeout, 10 s by default) before it is elected
+        wait_until(self._master_answers, 60 if self.zk else 30,
+                   f"the Mesos master on {self.address} to answer as the leader")  # fmt: skip
 
     def _master_answers(self) -> bool:
         if self._master is not None and self._master.poll() is not None:
             raise AssertionError(f"mesos-master exited: {self.log_tail('master')}")
         try:
-            return requests.get(f"{self.url}/master/state", timeout=2).status_code == 200
+            # a master that is not (yet) the leader answers 307 or 503
+            answer = requests.get(f"{self.url}/master/state", timeout=2, allow_redirects=False)
+            return answer.status_code == 200
         except requests.RequestException:
             return False
 
@@ -188,7 +284,7 @@ class RealMesos:
         attrs = ";".join(f"{k}:{v}" for k, v in spec.attributes.items())
         base = self.work_dir / "agents" / name
         self._agents[name] = self._spawn(f"agent-{name}", [
-            str(self.home / "bin" / "mesos-agent"), f"--master={self.address}",
+            str(self.home / "bin" / "mesos-agent"), f"--master={self.zk or self.address}",
             f"--ip={ip}", f"--hostname={ip}", f"--port={port}",
             f"--work_dir={base / 'work'}", f"--runtime_dir={base / 'run'}",
             f"--resources={resources}", *([f"--attributes={attrs}"] if attrs else []),

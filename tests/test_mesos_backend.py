@@ -357,3 +357,172 @@ def test_calls_wait_for_subscribed_and_suppression_follows_each_subscription(
     broker.allocate_once()
     assert len(driver.named("suppressOffers")) == 2  # suppressed again on the new stream
     broker.stop(kill_executors=False)
+
+
+class FakeStop:
+    """The watchdog's stop event, driven by a fake clock: each wait advances it by the
+    wait's timeout and records how many RECONCILEs were sent by then."""
+
+    def __init__(self, clock: list[float], until: float, driver: RecordingDriver) -> None:
+        self.clock, self.until, self.driver = clock, until, driver
+        self.seen: list[tuple[float, int]] = []
+
+    def wait(self, timeout: float) -> bool:
+        self.seen.append((self.clock[0], len(self.driver.named("reconcileTasks"))))
+        self.clock[0] += timeout
+        return self.clock[0] > self.until
+
+    def set(self) -> None:
+        pass
+
+
+def test_reconciliation_repeats_with_doubling_backoff_until_confirmed(setup, monkeypatch) -> None:
+    """Defect 5: a RECONCILE the master drops (a restarted master without its agents) used
+    to be sent once. Now the watchdog repeats it 2, 4, 8, ... 60 s apart (at most 60 s) until
+    the master has reported every task, then stops."""
+    import types
+
+    import allocator.backends.mesos as mesos_module
+
+    broker, backend, driver = setup
+    broker.register(tenant("pi", 2, 1024, target=1))
+    backend.resourceOffers(driver, [offer("o1", "a1", "h1", 8, 4096)])
+    assert broker.allocate_once() == 1
+    backend._stop.set()  # the real watchdog stops; its loop is run below on a fake clock
+    backend._watchdog.join(5)
+    clock = [1000.0]
+    monkeypatch.setattr(mesos_module, "time", types.SimpleNamespace(
+        monotonic=lambda: clock[0], sleep=time.sleep))  # fmt: skip
+    backend.options.heartbeat_timeout = 1e9  # (one watchdog round per fake second)
+    driver.master = None  # no master agent list to read here
+    driver.calls.clear()  # (the first subscription's implicit RECONCILE)
+    backend.reregistered(driver, {})  # a new subscription: pi.1 is unconfirmed
+    assert len(driver.named("reconcileTasks")) == 1
+    assert backend.health()["unreconciled_tasks"] == 1
+
+    backend._stop = FakeStop(clock, 1000.0 + 200, driver)
+    backend._watch()
+    seen = backend._stop.seen
+    sent_at = [at - 1000 for (at, n), (_, before) in zip(seen[1:], seen, strict=False)
+               if n > before]  # fmt: skip
+    assert sent_at == [2, 6, 14, 30, 62, 122, 182]  # gaps 2, 4, 8, 16, 32, 60, 60
+    for (body,) in driver.named("reconcileTasks"):
+        assert body == [{"task_id": {"value": "pi.1"}, "agent_id": {"value": "a1"}}]
+
+    backend.statusUpdate(driver, {"task_id": {"value": "pi.1"}, "state": "TASK_RUNNING",
+                                  "agent_id": {"value": "a1"}, "uuid": "dQ=="})  # fmt: skip
+    assert backend.health()["unreconciled_tasks"] == 0
+    count = len(driver.named("reconcileTasks"))
+    backend._stop = FakeStop(clock, clock[0] + 200, driver)
+    backend._watch()
+    assert len(driver.named("reconcileTasks")) == count  # confirmed: no more RECONCILE
+
+
+def test_redirects_back_off_and_reset(monkeypatch) -> None:
+    """pymesos followed the master's 307 self-redirect during a ZooKeeper election with no
+    pause (610 redirects in 3 s). Now each redirect within 5 s of the last waits twice as
+    long (0.2 s up to 5 s); after a quiet 5 s the first one is immediate again."""
+    import types
+
+    from pymesos import MesosSchedulerDriver
+
+    import allocator.backends.mesos as mesos_module
+
+    clock, sleeps, followed = [1000.0], [], []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        clock[0] += seconds
+
+    monkeypatch.setattr(mesos_module, "time", types.SimpleNamespace(
+        monotonic=lambda: clock[0], sleep=sleep))  # fmt: skip
+    monkeypatch.setattr(MesosSchedulerDriver, "change_master",
+                        lambda self, master: followed.append(master))  # fmt: skip
+    options = MesosOptions(master="127.0.0.1:5050")
+    driver = mesos_module._pymesos_driver(object(), {"name": "f"}, options)  # type: ignore[arg-type]
+    for _ in range(8):
+        driver.change_master("127.0.0.1:5050")
+    assert sleeps == [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]  # the first one at once
+    assert followed == ["127.0.0.1:5050"] * 8  # every redirect still followed
+    clock[0] += 6.0  # quiet for longer than 5 s
+    driver.change_master("127.0.0.1:5051")
+    assert sleeps[7:] == [] and followed[-1] == "127.0.0.1:5051"
+
+
+def test_pymesos_log_lines_reach_only_the_applications_handlers() -> None:
+    """pymesos adds its own stderr handler at import, and its records also propagate to the
+    root logger: every line twice. Creating the driver removes pymesos's handler."""
+    import importlib
+    import logging
+
+    import pymesos
+
+    import allocator.backends.mesos as mesos_module
+
+    importlib.reload(pymesos)  # its import-time handler, as in a fresh process
+    assert logging.getLogger("pymesos").handlers  # (what made every line appear twice)
+    mesos_module._pymesos_driver(object(), {"name": "f"}, MesosOptions(master="m:5050"))  # type: ignore[arg-type]
+    chain = [logging.getLogger(n) for n in ("pymesos.process", "pymesos.scheduler", "pymesos")]
+    assert [h for lg in chain for h in lg.handlers] == []
+    assert all(lg.propagate for lg in chain)  # so the root's handlers print each line once
+
+
+def test_subscribe_as_sent_by_pymesos_declares_only_our_capabilities() -> None:
+    """pymesos's `framework` property adds GPU_RESOURCES on its own (then Mesos offers GPU
+    agents to CPU-only executors). The driver's SUBSCRIBE carries exactly the capabilities
+    the backend declares."""
+    import allocator.backends.mesos as mesos_module
+
+    backend = MesosBackend(MesosOptions(master="m:5050"))
+    for gpus, expected in [(False, ["MULTI_ROLE"]), (True, ["MULTI_ROLE", "GPU_RESOURCES"])]:
+        backend.options.gpus = gpus
+        driver = mesos_module._pymesos_driver(backend, backend._framework_info(), backend.options)
+        driver.version = "1.11.0"  # learnt from the master before SUBSCRIBE
+        sent = driver.framework  # what pymesos puts in SUBSCRIBE's framework_info
+        assert [c["type"] for c in sent["capabilities"]] == expected
+
+
+def test_adopted_agents_get_their_hostname_from_the_master_before_any_offer(
+    tmp_path: Path,
+) -> None:
+    """After a broker restart the adopted executors' agents were known only by id (empty
+    host name) until an offer of each arrived. Once subscribed, the backend reads the
+    master's /master/slaves (here the test master's) and names them at once."""
+    import requests
+    from mesos_master import AgentSpec, MesosMaster
+    from spark_support import wait_for
+
+    from allocator.broker.store import Store
+
+    def make(driver: RecordingDriver) -> Broker:
+        backend = MesosBackend(
+            MesosOptions(master="m:5050", state_dir=tmp_path), driver_factory=lambda *_: driver
+        )
+        broker = Broker(backend, "drf", store=Store(tmp_path / "s.sqlite"))
+        broker.start(loop=False)
+        return broker
+
+    spec = AgentSpec("a1", {"cpus": 8, "mem": 4096}, hostname="127.0.4.7")
+    with MesosMaster([spec], work_dir=tmp_path / "mesos") as master:
+        slaves = requests.get(f"http://{master.address}/master/slaves", timeout=10).json()
+        ((agent_id, host),) = [(a["id"], a["hostname"]) for a in slaves["slaves"]]
+        assert host == "127.0.4.7"
+        first_driver = RecordingDriver()
+        first = make(first_driver)
+        first.backend.registered(first_driver, {"value": "fw-9"}, {})
+        first.register(tenant("pi", 2, 1024, target=1))
+        first.backend.resourceOffers(first_driver, [offer("o1", agent_id, host, 8, 4096)])
+        assert first.allocate_once() == 1
+        first.stop(kill_executors=False)
+
+        driver = RecordingDriver()
+        driver.master = master.address  # the leading master pymesos is connected to
+        second = make(driver)
+        assert second.engine.tasks_of("pi") == 1  # adopted, on an agent known by id only
+        hosts = lambda: {a.name: a.hostname for a in second.allocation().agents}  # noqa: E731
+        assert hosts().get(agent_id, "") == ""
+        second.backend.registered(driver, {"value": "fw-9"}, {})
+        wait_for(lambda: hosts().get(agent_id) == host, 10,
+                 "the adopted agent's host name from /master/slaves")  # fmt: skip
+        assert not driver.named("acceptOffers")  # no offer was needed (none arrived)
+        second.stop(kill_executors=False)

@@ -459,3 +459,51 @@ def _sigterm_scenario(tmp_path: Path, spark: Path, id_file: Path, running: list[
         assert {f.id: f.removed for f in master.frameworks()} == {
             framework.id: True, new_id: True
         }
+
+
+def _columns_line_up(lines: list[str], header: str, column: str, values: list[str]) -> None:
+    """Every row's `values[i]` starts where the header's `column` does."""
+    at = header.index(column)
+    for line, value in zip(lines, values, strict=True):
+        assert line.index(value) == at, (column, header, line)
+
+
+def test_status_tables_fit_real_41_character_ids() -> None:
+    """A real master's ids are 39-41 characters (agent ids with @role more in the broker's
+    table): the columns after the id start at the same offset on the header and every row,
+    for the master's view and for the broker's allocation."""
+    from allocator.backends.mesos_operator import MesosView
+    from allocator.broker.proto import pb
+    from allocator.cli_live import render_allocation
+
+    ids = ["bf5b8347-2242-4145-aba8-d78f25f107c7-S10", "bf5b8347-2242-4145-aba8-d78f25f107c7-S9"]
+    fw = "bf5b8347-2242-4145-aba8-d78f25f107c7-0000"
+    assert [len(x) for x in [*ids, fw]] == [40, 39, 41]
+    hosts = ["127.0.1.1", "agent-with-a-long-name.example"]
+    state = {
+        "id": "m1", "version": "1.11.0",
+        "slaves": [{"id": i, "hostname": h, "resources": {"cpus": 4, "mem": 7168},
+                    "used_resources": {"cpus": 2, "mem": 1024}}
+                   for i, h in zip(ids, hosts, strict=True)],
+        "frameworks": [{"id": fw, "name": "fairbroker", "tasks": [{}],
+                        "used_resources": {"cpus": 2, "mem": 1024}}],
+    }  # fmt: skip
+    lines = MesosView(state, {}).render().splitlines()
+    header = next(x for x in lines if x.startswith("agent "))
+    rows = [next(x for x in lines if x.startswith(i + " ")) for i in ids]
+    _columns_line_up(rows, header, "host", hosts)
+    fw_header = next(x for x in lines if x.startswith("framework "))
+    (fw_row,) = [x for x in lines if x.startswith(fw + " ")]
+    _columns_line_up([fw_row], fw_header, "name", ["fairbroker"])
+
+    names = [f"{i}@analytics" for i in ids]  # the broker's agent keys carry the role
+    allocation = pb.Allocation(broker=pb.BrokerInfo(scheduler="drf", backend="mesos"), agents=[
+        pb.AgentAllocation(name=n, hostname=h, capacity={"cpus": 4, "mem": 7168},
+                           allocated={"cpus": 2, "mem": 1024}, executors={"pi": 1})
+        for n, h in zip(names, hosts, strict=True)
+    ])  # fmt: skip
+    lines = render_allocation(allocation).splitlines()
+    header = next(x for x in lines if x.startswith("agent "))
+    rows = [next(x for x in lines if x.startswith(n + " ")) for n in names]
+    _columns_line_up(rows, header, "host", hosts)
+    _columns_line_up(rows, header, "executors", ["pi:1"] * 2)

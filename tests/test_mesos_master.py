@@ -23,7 +23,14 @@ from typing import Any
 import pytest
 from mesos_master import AgentSpec, MesosMaster, SchedulerStream
 from mesos_master.wire import RecordIODecoder, encode_record
-from real_mesos import SKIP_REASON, RealMesos, mesos_home
+from real_mesos import (
+    SKIP_REASON,
+    RealMesos,
+    describe,
+    mesos_home,
+    processes_under,
+    wait_until,
+)
 
 from allocator.backends.base import AgentInfo
 
@@ -44,6 +51,8 @@ def master(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MesosMast
                   for k, a in enumerate((A1, A2))]  # fmt: skip
         with RealMesos(agents, work_dir=tmp_path / "real", allocation_interval=0.1) as real:
             yield real  # type: ignore[misc]  (the same introspection, duck-typed)
+        left = processes_under(tmp_path / "real")
+        assert not left, f"processes outlived the real master: {describe(left)}"
         return
     with MesosMaster([A1, A2], allocation_interval=0.1, heartbeat_interval=0.3,
                      status_update_retry=0.5, seed=7) as m:  # fmt: skip
@@ -202,6 +211,20 @@ def test_heartbeat_follows_subscribed_at_once_then_every_interval(subscribe) -> 
     gaps = [b - a for a, b in itertools.pairwise(beats[1:])]
     assert all(0.2 <= gap <= 0.6 for gap in gaps), gaps
 
+
+
+@BOTH
+def test_subscribed_names_the_heartbeat_interval_and_a_heartbeat_follows_at_once(
+    master: MesosMaster, subscribe
+) -> None:
+    """SUBSCRIBED carries `heartbeat_interval_seconds` (a real master's is fixed at 15 s; the
+    test master's is configurable, 0.3 s here) and the first HEARTBEAT comes right after it,
+    before any offer: a framework can arm its missed-heartbeat timer from SUBSCRIBED."""
+    stream = subscribe()
+    first = stream.next_event("SUBSCRIBED")
+    interval = first["subscribed"]["heartbeat_interval_seconds"]
+    assert interval == (15.0 if isinstance(master, RealMesos) else 0.3)
+    assert stream.next_event(timeout=5)["type"] == "HEARTBEAT"
 
 @BOTH
 def test_master_prefixed_scheduler_path_is_routed_too(master: MesosMaster) -> None:
@@ -416,6 +439,28 @@ def test_decline_without_filters_refuses_for_the_5s_default(master: MesosMaster,
     offer_on(stream, a2, timeout=1.0)
 
 
+
+@BOTH
+def test_a_declined_offer_returns_after_the_5s_default_filter_or_at_once_on_revive(
+    master: MesosMaster, subscribe
+) -> None:
+    """Seen on the stream only: an offer declined without filters comes back after the
+    default 5 s refusal (not at the next allocation), and REVIVE clears the filter."""
+    stream = subscribe()
+    a2 = master.agent_id("a2")
+    offer = offer_on(stream, a2)
+    assert stream.framework_call("DECLINE", decline={"offer_ids": [offer["id"]]})[0] == 202
+    declined = time.monotonic()
+    again = offer_on(stream, a2, timeout=15)
+    waited = time.monotonic() - declined
+    assert 4.8 <= waited < 10, waited  # 5 s, plus up to an allocation cycle and some load
+    assert stream.framework_call("DECLINE", decline={"offer_ids": [again["id"]]})[0] == 202
+    declined = time.monotonic()
+    assert stream.framework_call("REVIVE")[0] == 202
+    offer_on(stream, a2, timeout=10)
+    assert time.monotonic() - declined < 4.5  # before the new 5 s filter would expire
+
+@BOTH
 def test_refuse_seconds_is_honoured_and_zero_installs_no_filter(master: MesosMaster,
                                                                subscribe) -> None:  # fmt: skip
     stream = subscribe()
@@ -473,6 +518,67 @@ def test_suppress_and_revive_by_role(master: MesosMaster, subscribe) -> None:
     assert master.calls("REVIVE")[-1].framework_id == fid
 
 
+
+def outstanding_offers(master: MesosMaster) -> list[str]:
+    """Offer ids the master counts as outstanding, from /master/state (both masters)."""
+    _, _, body = raw_request(master, "GET", "/master/state")
+    return [o["id"] for f in json.loads(body)["frameworks"] for o in f.get("offers", [])]
+
+
+
+@BOTH
+def test_a_filter_hides_only_offers_that_fit_inside_what_was_refused(
+    master: MesosMaster, subscribe
+) -> None:
+    """Seen on the stream: the remainder of an accepted offer refused for a minute is not
+    offered again while the agent has only that much; once the task ends, the agent has
+    more than was refused and is offered at once, whole (a real agent also offers disk and
+    ports: only cpus and mem are compared)."""
+    stream = subscribe()
+    a2 = master.agent_id("a2")
+    offer = offer_on(stream, a2)
+    launch(stream, [offer], [task_info("short", offer, "sleep 1", cpus=1, mem=64)],
+           filters={"refuse_seconds": 60})  # fmt: skip
+    started = time.monotonic()
+    run_to_end(stream, "short")
+    again = offer_on(stream, a2, timeout=10)
+    assert time.monotonic() - started < 30  # well before the 60 s filter would expire
+    offered = {r["name"]: r["scalar"]["value"] for r in again["resources"]
+               if r["type"] == "SCALAR" and r["name"] in ("cpus", "mem")}  # fmt: skip
+    assert offered == {"cpus": 2.0, "mem": 1024.0}
+    earlier = [o for e in stream.received if e.get("type") == "OFFERS"
+               for o in e["offers"]["offers"]
+               if o["agent_id"]["value"] == a2 and o["id"] != again["id"]]  # fmt: skip
+    assert [o["id"] for o in earlier] == [offer["id"]]  # nothing of a2 while it ran
+
+@BOTH
+def test_suppress_and_revive_by_role_seen_on_the_stream(master: MesosMaster, subscribe) -> None:
+    """Seen on the stream and /master/state only: SUPPRESS without a body stops offers for
+    every role; REVIVE of a role the framework lacks changes nothing (still 202); REVIVE of
+    one role brings offers of that role only."""
+    stream = subscribe({**FRAMEWORK, "roles": ["r1", "r2"],
+                        "capabilities": [{"type": "MULTI_ROLE"}]})  # fmt: skip
+    stream.next_event("OFFERS")
+    assert stream.framework_call("SUPPRESS")[0] == 202  # no body: all roles
+    declined: set[str] = set()
+    for _ in range(3):  # an offer made just before the SUPPRESS is handed back too
+        for offer_id in outstanding_offers(master):
+            code, _ = stream.framework_call("DECLINE", decline={
+                "offer_ids": [{"value": offer_id}], "filters": {"refuse_seconds": 0}})  # fmt: skip
+            assert code == 202
+            declined.add(offer_id)
+        wait_until(lambda: not outstanding_offers(master), 5, "the declines to be processed")
+    time.sleep(0.5)  # five allocation intervals: a suppressed framework gets nothing new
+    late = {o["id"]["value"] for e in stream.unread("OFFERS") for o in e["offers"]["offers"]}
+    assert late <= declined and not outstanding_offers(master), (late, declined)
+    stream.skip_all()
+    assert stream.framework_call("REVIVE", revive={"roles": ["elsewhere"]})[0] == 202
+    time.sleep(0.3)
+    assert not stream.unread("OFFERS") and not outstanding_offers(master)
+    assert stream.framework_call("REVIVE", revive={"roles": ["r2"]})[0] == 202
+    event = stream.next_event("OFFERS", timeout=5)
+    assert {o["allocation_info"]["role"] for o in event["offers"]["offers"]} == {"r2"}
+
 # Launch, status updates, acknowledgements -------------------------------------------------
 
 
@@ -509,6 +615,41 @@ def test_launch_reports_starting_running_finished_each_awaiting_its_ack(
     assert [t["id"] for t in framework["completed_tasks"]] == ["echo"]
     assert framework["tasks"] == []
 
+
+
+@BOTH
+def test_updates_come_one_at_a_time_each_after_the_previous_ack(
+    master: MesosMaster, subscribe
+) -> None:
+    """Seen on the stream and /master/state: STARTING (from the executor, a 16-byte uuid),
+    nothing newer until it is acknowledged, then RUNNING, then FINISHED with the command's
+    exit message; the task ends among the completed tasks."""
+    stream = subscribe()
+    offer = stream.next_event("OFFERS")["offers"]["offers"][0]
+    assert launch(stream, [offer], [task_info("echo", offer, "echo hi")]) == (202, "")
+    starting = next_update(stream, "echo")
+    assert starting["state"] == "TASK_STARTING"
+    assert starting["source"] == "SOURCE_EXECUTOR"
+    assert starting["agent_id"] == offer["agent_id"]
+    assert len(base64.b64decode(starting["uuid"])) == 16
+    time.sleep(1.0)  # unacknowledged: at most the same update again, nothing newer
+    for event in stream.unread("UPDATE"):
+        assert event["update"]["status"]["uuid"] == starting["uuid"], event
+    ack(stream, starting)
+    running = next_update(stream, "echo", "TASK_RUNNING")
+    assert running["uuid"] != starting["uuid"]
+    ack(stream, running)
+    finished = next_update(stream, "echo", "TASK_FINISHED")
+    assert finished["message"] == "Command exited with status 0"
+    ack(stream, finished)
+
+    def completed() -> list[str]:
+        _, _, body = raw_request(master, "GET", "/master/state")
+        (framework,) = json.loads(body)["frameworks"]
+        assert framework["tasks"] == [] or framework["tasks"][0]["id"] == "echo"
+        return [t["id"] for t in framework["completed_tasks"]]
+
+    wait_until(lambda: completed() == ["echo"], 10, "echo among the completed tasks")
 
 def test_command_exit_status_environment_and_arguments(master: MesosMaster, subscribe) -> None:
     stream = subscribe()
@@ -558,6 +699,43 @@ def test_kill_sends_sigterm_then_sigkill_after_the_grace_period(master: MesosMas
     master.wait_for(lambda: not any(alive(pid) for pid in pids), timeout=5,
                     what="the task's process group to die")  # fmt: skip
 
+
+
+@BOTH
+def test_kill_honours_the_grace_period_seen_from_outside(
+    master: MesosMaster, subscribe, tmp_path: Path
+) -> None:
+    """KILL seen from the stream and the tasks' own processes: TASK_KILLING first (with the
+    capability), a task that ignores SIGTERM is SIGKILLed after its kill_policy grace
+    period, one that does not ends on SIGTERM, and no process of either is left."""
+    stream = subscribe({**FRAMEWORK, "capabilities": [{"type": "TASK_KILLING_STATE"}]})
+    offer = stream.next_event("OFFERS")["offers"]["offers"][0]
+    pid, child = tmp_path / "stubborn.pid", tmp_path / "stubborn.child"
+    stubborn = task_info(
+        "stubborn", offer, f"trap '' TERM; sleep 60 & echo $! > {child}; echo $$ > {pid}; wait",
+        kill_policy={"grace_period": {"nanoseconds": 300_000_000}},
+    )  # fmt: skip
+    polite = task_info("polite", offer, "sleep 60")
+    launch(stream, [offer], [stubborn, polite])
+    for task_id in ("stubborn", "polite"):
+        for state in ("TASK_STARTING", "TASK_RUNNING"):
+            ack(stream, next_update(stream, task_id, state))
+    wait_until(lambda: child.exists() and pid.exists() and child.read_text().strip()
+               and pid.read_text().strip(), 10, "the stubborn task's pids")  # fmt: skip
+    pids = [int(path.read_text()) for path in (pid, child)]
+    for task_id in ("stubborn", "polite"):
+        assert stream.framework_call("KILL", kill={"task_id": {"value": task_id}})[0] == 202
+    asked = time.monotonic()
+    killing = next_update(stream, "stubborn", "TASK_KILLING")
+    assert killing["source"] == "SOURCE_EXECUTOR"
+    ack(stream, killing)
+    polite_end = [s for s in run_to_end(stream, "polite") if s["state"] != "TASK_KILLING"]
+    assert polite_end[-1]["state"] == "TASK_KILLED"
+    assert polite_end[-1]["message"] == "Command terminated with signal Terminated"
+    killed = next_update(stream, "stubborn", "TASK_KILLED", timeout=10)
+    assert time.monotonic() - asked >= 0.25  # it ignored SIGTERM for the grace period
+    assert killed["message"] == "Command terminated with signal Killed"
+    wait_until(lambda: not any(alive(p) for p in pids), 10, "the task's processes to die")
 
 @BOTH
 def test_kill_of_unknown_task_is_answered_by_reconciliation(master: MesosMaster, subscribe) -> None:
@@ -669,9 +847,50 @@ def test_teardown_kills_tasks_and_ends_the_framework(master: MesosMaster, subscr
         again.close()
 
 
+
+@BOTH
+def test_teardown_kills_the_tasks_and_removes_the_framework_seen_from_outside(
+    master: MesosMaster, subscribe, tmp_path: Path
+) -> None:
+    """TEARDOWN seen from the stream, /master/state and the task's own process: the stream
+    ends, the task's process is killed and the task is TASK_KILLED in the completed
+    framework, calls for it are refused, and its id cannot subscribe again."""
+    stream = subscribe({**FRAMEWORK, "failover_timeout": 60.0})
+    offer = stream.next_event("OFFERS")["offers"]["offers"][0]
+    pid_file = tmp_path / "victim.pid"
+    launch(stream, [offer], [task_info("victim", offer, f"echo $$ > {pid_file}; exec sleep 60")])
+    for state in ("TASK_STARTING", "TASK_RUNNING"):
+        ack(stream, next_update(stream, "victim", state))
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), 10,
+               "the task to write its pid")  # fmt: skip
+    pid = int(pid_file.read_text())
+    assert alive(pid)
+    fid = stream.framework_id
+    assert stream.framework_call("TEARDOWN") == (202, "")
+    assert stream.ended.wait(5) and stream.clean_end
+    wait_until(lambda: not alive(pid), 15, "the task's process to be killed")
+    code, _ = stream.framework_call("REVIVE")
+    assert code == 400
+
+    def completed() -> list[tuple[str, str, str]]:
+        _, _, body = raw_request(master, "GET", "/master/state")
+        state = json.loads(body)
+        assert state["frameworks"] == []
+        return [(f["id"], t["id"], t["state"]) for f in state["completed_frameworks"]
+                for t in [*f.get("tasks", []), *f.get("completed_tasks", [])]]  # fmt: skip
+
+    wait_until(lambda: completed() == [(fid, "victim", "TASK_KILLED")], 10,
+               "the torn-down framework's task to be TASK_KILLED in /master/state")  # fmt: skip
+    again = SchedulerStream(master.address, FRAMEWORK, framework_id=fid).open()
+    try:
+        assert again.next_event()["error"]["message"] == "Framework has been removed"
+    finally:
+        again.close()
+
 # Operator endpoints -----------------------------------------------------------------------
 
 
+@BOTH
 def test_version_state_and_metrics(master: MesosMaster, subscribe) -> None:
     status, headers, body = raw_request(master, "GET", "/version")
     assert status == 200 and headers["content-type"] == "application/json"
@@ -688,7 +907,9 @@ def test_version_state_and_metrics(master: MesosMaster, subscribe) -> None:
         assert status == 200 and state["id"] == master.master_id
     slaves = {s["hostname"]: s for s in state["slaves"]}
     a1 = slaves[master.hostname("a1")]
-    assert a1["resources"] == {"cpus": 4.0, "gpus": 0.0, "mem": 2048.0, "disk": 1000.0}
+    # (a real agent also lists its default ports range: "ports": "[31000-32000]")
+    assert {k: v for k, v in a1["resources"].items() if k != "ports"} == {
+        "cpus": 4.0, "gpus": 0.0, "mem": 2048.0, "disk": 1000.0}
     assert a1["used_resources"]["cpus"] == 1.5 and a1["used_resources"]["mem"] == 256.0
     assert a1["attributes"] == {"rack": "r1", "gen": 3}
     (framework,) = state["frameworks"]
@@ -698,7 +919,7 @@ def test_version_state_and_metrics(master: MesosMaster, subscribe) -> None:
     metrics = json.loads(body)
     assert metrics["master/cpus_total"] == 6.0 and metrics["master/cpus_used"] == 1.5
     assert metrics["master/tasks_running"] == 1.0
-    assert metrics["master/outstanding_offers"] == float(len(master.offers()))
+    assert metrics["master/outstanding_offers"] == float(len(outstanding_offers(master)))
     assert metrics["master/frameworks_connected"] == 1.0 and metrics["master/elected"] == 1.0
 
 
