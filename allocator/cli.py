@@ -269,6 +269,10 @@ def sim(
         f"{'p95':>8}{'cpus %':>8}{'mem %':>7}{'fair':>6}{'grants':>8}"
     )
     click.echo(f"{batch.name}: level {level}, trigger {trigger}, seed {seed}")
+    click.echo(
+        f"lower bound {bound.seconds:.1f} s, the {bound.binding} bound (fluid {bound.fluid_s:.1f}"
+        f" s: capacity only; chain {bound.chain_s:.1f} s: a queue's jobs with their overhead)"
+    )
     click.echo(head)
     for p in payloads:
         alloc = p["allocated"]
