@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.sim_claims import MODES, Run, Runs, claims, finish_order, makespan_table
+from benchmarks.sim_claims import MODES, Run, Runs, claims, finish_order, makespan_table, raw
 
 SCHEDULERS = ("drf", "tsf", "psdsf", "rpsdsf", "bfdrf")
 T3 = 3.182446  # Student t, 0.975 quantile, 3 degrees of freedom
@@ -151,3 +151,15 @@ def test_makespan_table_names_the_binding_bound(fluid, chain, binding):
     assert rows["drf"] == [f"101 +- {half:.0f}", f"106 +- {half:.0f}", "60.0 / 50.0",
                            "60.0 / 50.0"]  # fmt: skip
     assert rows["psdsf"][:2] == [f"111 +- {half:.0f}", f"116 +- {half:.0f}"]
+
+
+def test_raw_keeps_every_seed_in_order():
+    runs: Runs = {("drf", "oblivious"): [run(10.0, pi=3.0), run(12.0, mem=0.25)],
+                  ("psdsf", "characterized"): [run(9.0)]}  # fmt: skip
+    out = raw(runs)
+    assert list(out) == ["drf/oblivious", "psdsf/characterized"]
+    assert [r["makespan"] for r in out["drf/oblivious"]] == [10.0, 12.0]
+    assert out["drf/oblivious"][0]["group_end"] == {"pi": 3.0, "wordcount": 0.0}
+    assert out["drf/oblivious"][1]["allocated"] == {"cpus": 0.6, "mem": 0.25}
+    assert set(out["psdsf/characterized"][0]) == {"makespan", "group_end", "allocated", "grants",
+                                                   "bound_fluid", "bound_chain"}  # fmt: skip
