@@ -1,6 +1,7 @@
 """Benchmark: simulator speed, and paper 001's utilization comparison on Google-like traces.
 
-(a) The paper-batch job batch (`BatchSimulator`, rPS-DSF).
+(a) The paper-batch job batch (`BatchSimulator`, rPS-DSF), and every scheduler x mode on it
+    (--batch-scenario runs another batch file, e.g. an older commit's paper batch).
 (b) The 2,000-agent, 24-hour Google-like trace (`google-24h.yaml`) under Best-Fit DRFH and
     First-Fit DRFH (and any other scheduler named): simulated seconds per wall second, engine
     grants per wall second, and what the run reports (allocation, completion times, ...).
@@ -8,10 +9,15 @@
     server, beside Best-Fit and First-Fit DRFH, on a smaller Google-like instance.
 (d) With --profile, where the time goes: cProfile of the first hours of (b).
 
+Every part reports wall time and the process's CPU time: on a shared machine the wall time
+moves with the other load, the CPU time much less. --baseline BEFORE.json (this script's
+sim.json from another commit, same options, run back to back) adds a before/after table.
+
 Results go to benchmarks/results/sim.json and sim.md.
 
     python -m benchmarks.bench_sim [--schedulers bfdrf,drf:firstfit] [--hours 24]
         [--table2-agents 200] [--slots 10,12,14,16,20] [--profile-hours 2] [--skip ...]
+        [--batch-scenario FILE] [--baseline FILE]
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import cProfile
 import io
 import json
+import os
 import platform
 import pstats
 import resource
@@ -54,27 +61,45 @@ def _scheduler(spec: str) -> tuple[str, str | None]:
     return name, selection or None
 
 
-def bench_batch() -> dict[str, Any]:
+BATCH_SCHEDULERS = ("drf", "tsf", "psdsf", "rpsdsf", "bfdrf")
+BATCH_MODES = ("characterized", "oblivious")
+
+
+def bench_batch(path: Path) -> dict[str, Any]:
     from allocator.sim.batch import load_batch
     from allocator.sim.simulator import BatchSimulator
 
-    batch = load_batch(SCENARIOS / "paper-batch.yaml")
-    started = time.perf_counter()
+    batch = load_batch(path)
+    started, cpu = time.perf_counter(), time.process_time()
     result = BatchSimulator(batch, EngineConfig("rpsdsf")).run()
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    # Every paper scheduler x mode at seed 0 (what `sim --compare` and whatif repeat per seed).
+    simulated, started_all, cpu_all = 0.0, time.perf_counter(), time.process_time()
+    for name in BATCH_SCHEDULERS:
+        for mode in BATCH_MODES:
+            simulated += BatchSimulator(batch, EngineConfig(name, mode=mode)).run().makespan_s
+    wall_all, cpu_all = time.perf_counter() - started_all, time.process_time() - cpu_all
     return {
-        "scenario": "paper-batch",
+        "scenario": path.stem,
+        "scenario_file": str(path),
         "scheduler": "rpsdsf",
         "simulated_s": round(result.makespan_s, 1),
         "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
         "sim_s_per_wall_s": round(result.makespan_s / wall, 1),
         "grants": result.grants,
         "grants_per_wall_s": round(result.grants / wall),
         "jobs": len(result.jobs),
+        "all": {
+            "runs": len(BATCH_SCHEDULERS) * len(BATCH_MODES),
+            "simulated_s": round(simulated, 1),
+            "wall_s": round(wall_all, 3),
+            "cpu_s": round(cpu_all, 3),
+        },
     }
 
 
-def _trace_row(result, load_s: float) -> dict[str, Any]:
+def _trace_row(result, load_s: float, cpu_s: float | None = None) -> dict[str, Any]:
     out = result.to_json(series=False)
     return {
         "scenario": out["scenario"],
@@ -86,6 +111,7 @@ def _trace_row(result, load_s: float) -> dict[str, Any]:
         "simulated_s": out["end_s"],
         "load_s": round(load_s, 3),
         "wall_s": out["wall_s"],
+        "cpu_s": None if cpu_s is None else round(cpu_s, 3),
         "sim_s_per_wall_s": out["sim_s_per_wall_s"],
         "grants": out["grants"],
         "grants_per_wall_s": round(out["grants"] / out["wall_s"]) if out["wall_s"] else None,
@@ -115,9 +141,10 @@ def bench_trace(path: Path, schedulers: list[str], hours: float | None) -> list[
         load_s = time.perf_counter() - started
         click.echo(f"  {path.name}: {spec} ...", err=True)
         horizon = hours * 3600 if hours else None
+        cpu = time.process_time()
         result = run_trace(workload, EngineConfig(name, selection=selection), horizon_s=horizon)
-        rows.append(_trace_row(result, load_s))
-        click.echo(f"    {rows[-1]['wall_s']:.1f} s wall", err=True)
+        rows.append(_trace_row(result, load_s, time.process_time() - cpu))
+        click.echo(f"    {rows[-1]['wall_s']:.1f} s wall, {rows[-1]['cpu_s']:.1f} s CPU", err=True)
     return rows
 
 
@@ -190,29 +217,40 @@ def render(report: dict[str, Any]) -> str:
         "wall s.",
         "",
     ]
+    if report.get("load"):
+        lines += [f"Load average (1/5/15 min) at the start: {report['load']}.", ""]
     if "batch" in report:
         b = report["batch"]
         lines += [
-            "## Paper batch (BatchSimulator, rPS-DSF)",
+            f"## Paper batch (BatchSimulator, rPS-DSF; {b.get('scenario_file', b['scenario'])})",
             "",
-            "| simulated s | wall s | sim s / wall s | grants | grants / wall s |",
-            "|---|---|---|---|---|",
-            f"| {b['simulated_s']} | {b['wall_s']} | {b['sim_s_per_wall_s']} | {b['grants']} "
-            f"| {b['grants_per_wall_s']} |",
+            "| simulated s | wall s | CPU s | sim s / wall s | grants | grants / wall s |",
+            "|---|---|---|---|---|---|",
+            f"| {b['simulated_s']} | {b['wall_s']} | {b.get('cpu_s', '—')} | "
+            f"{b['sim_s_per_wall_s']} | {b['grants']} | {b['grants_per_wall_s']} |",
             "",
         ]
+        if "all" in b:
+            a = b["all"]
+            lines += [
+                f"Every scheduler x mode ({a['runs']} runs, seed 0): {a['simulated_s']} "
+                f"simulated s in {a['wall_s']} s wall, {a['cpu_s']} s CPU.",
+                "",
+            ]
     if report.get("trace"):
+        hours = report.get("hours")
+        span = f"first {hours:g} h" if hours else "24 h"
         lines += [
-            "## Google-like trace (google-24h.yaml: 2,000 agents, 24 h)",
+            f"## Google-like trace (google-24h.yaml: 2,000 agents, {span})",
             "",
-            "| scheduler | selection | wall s | sim s / wall s | grants | grants / wall s | "
-            "runs | cpus | mem | fairness (waiting) | JCT mean s | JCT p95 s | tasks done | "
-            "users done |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| scheduler | selection | wall s | CPU s | sim s / wall s | grants | "
+            "grants / wall s | runs | cpus | mem | fairness (waiting) | JCT mean s | JCT p95 s | "
+            "tasks done | users done |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in report["trace"]:
             lines.append(
-                f"| {r['scheduler']} | {r['selection']} | {r['wall_s']} | "
+                f"| {r['scheduler']} | {r['selection']} | {r['wall_s']} | {r.get('cpu_s', '—')} | "
                 f"{r['sim_s_per_wall_s']} | {r['grants']} | {r['grants_per_wall_s']} | "
                 f"{r['allocation_runs']} | {_pct(r['allocated']['cpus'])} | "
                 f"{_pct(r['allocated']['mem'])} | {r['fairness']} ({r['fairness_waiting']}) | "
@@ -268,7 +306,50 @@ def render(report: dict[str, Any]) -> str:
                 f"| `{r['function']}` | {r['calls']} | {r['tottime_s']} | {r['cumtime_s']} |"
             )
         lines.append("")
+    if report.get("baseline"):
+        lines += before_after(report["baseline"], report)
     return "\n".join(lines)
+
+
+def _ratio(after: float | None, before: float | None) -> str:
+    if not after or not before:
+        return "—"
+    return f"{after / before:.2f}"
+
+
+def before_after(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The same parts at two commits, run back to back: wall and CPU seconds, after / before
+    (above 1: slower). Rows are matched by part, scheduler and selection."""
+    rows: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+    if "batch" in before and "batch" in after:
+        b, a = before["batch"], after["batch"]
+        rows.append((f"batch {b['scenario']}, rpsdsf", b, a))
+        if "all" in b and "all" in a:
+            rows.append((f"batch {b['scenario']}, {a['all']['runs']} configurations", b["all"],
+                         a["all"]))  # fmt: skip
+    old = {(r["scheduler"], r["selection"]): r for r in before.get("trace") or []}
+    for r in after.get("trace") or []:
+        match = old.get((r["scheduler"], r["selection"]))
+        if match is not None:
+            rows.append((f"trace, {r['scheduler']}/{r['selection']}", match, r))
+    lines = [
+        f"## Before/after: commit {before['commit']} vs {after['commit']} (back to back)",
+        "",
+        f"Before: load average {before.get('load', '?')} at its start; after: "
+        f"{after.get('load', '?')}. After / before above 1 means slower.",
+        "",
+        "| part | simulated s before / after | grants before / after | wall s before | "
+        "wall s after | after / before | CPU s before | CPU s after | after / before |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, b, a in rows:
+        lines.append(
+            f"| {label} | {b['simulated_s']} / {a['simulated_s']} | {b.get('grants', '—')} / "
+            f"{a.get('grants', '—')} | {b['wall_s']} | {a['wall_s']} | "
+            f"{_ratio(a['wall_s'], b['wall_s'])} | {b.get('cpu_s', '—')} | {a.get('cpu_s', '—')} | "
+            f"{_ratio(a.get('cpu_s'), b.get('cpu_s'))} |"
+        )
+    return [*lines, ""]
 
 
 @click.command()
@@ -282,6 +363,18 @@ def render(report: dict[str, Any]) -> str:
     default="",
     help="Comma list of parts to skip: batch, trace, table2, profile.",
 )
+@click.option(
+    "--batch-scenario",
+    type=click.Path(exists=True, dir_okay=False),
+    default=str(SCENARIOS / "paper-batch.yaml"),
+    show_default=True,
+)
+@click.option(
+    "--baseline",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="sim.json from another commit: add a before/after table.",
+)
 @click.option("--output", type=click.Path(file_okay=False), default=str(RESULTS))
 def main(
     schedulers: str,
@@ -290,19 +383,22 @@ def main(
     slots: str,
     profile_hours: float,
     skip: str,
+    batch_scenario: str,
+    baseline: str | None,
     output: str,
 ) -> None:
     skipped = {s for s in skip.split(",") if s}
     names = [s for s in schedulers.split(",") if s]
     report: dict[str, Any] = {
-        "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, "
-        f"{__import__('os').cpu_count()} cores",
+        "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, {os.cpu_count()} cores",
         "python": platform.python_version(),
         "commit": _commit(),
+        "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "hours": hours,
     }
     if "batch" not in skipped:
         click.echo("paper batch ...", err=True)
-        report["batch"] = bench_batch()
+        report["batch"] = bench_batch(Path(batch_scenario))
     if "trace" not in skipped:
         click.echo("google-24h ...", err=True)
         report["trace"] = bench_trace(SCENARIOS / "google-24h.yaml", names, hours)
@@ -314,6 +410,8 @@ def main(
         click.echo("profile ...", err=True)
         report["profile"] = profile_trace(SCENARIOS / "google-24h.yaml", names[0], profile_hours)
     report["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if baseline is not None:
+        report["baseline"] = json.loads(Path(baseline).read_text())
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     (out / "sim.json").write_text(json.dumps(report, indent=2) + "\n")

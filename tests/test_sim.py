@@ -112,6 +112,25 @@ def test_sim_cli_json(tmp_path):
     assert out["makespan_bound_s"] <= out["makespan_s"]
 
 
+def test_sim_cli_text_says_which_bound_binds(tmp_path):
+    """One queue of 4 jobs, 8 executors: fluid 20 s, chain 60 s (see test_bound_of_a_single_
+    group), so the chain binds; a batch with many queues is capacity-bound instead."""
+    path = tmp_path / "b.yaml"
+    path.write_text(yaml.safe_dump(batch(jobs_per_queue=4, executors=8)))
+    done = run_fairbroker("sim", str(path), "-q")
+    assert done.returncode == 0, done.stderr
+    assert "lower bound 60.0 s, the chain bound (fluid 20.0 s: capacity only; chain 60.0 s:" in (
+        done.stdout
+    )
+    # 20 such queues: 3,200 executor-seconds on 8 cpus is 400 s, the chain still 60 s.
+    path.write_text(yaml.safe_dump(batch(jobs_per_queue=4, queues=20, executors=8)))
+    done = run_fairbroker("sim", str(path), "-q")
+    assert done.returncode == 0, done.stderr
+    assert "lower bound 400.0 s, the fluid bound (fluid 400.0 s: capacity only; chain 60.0 s:" in (
+        done.stdout
+    )
+
+
 BAD = {
     "unknown scheduler": (None, ["--scheduler", "fifo"], "--scheduler"),
     "fits no agent": ({"demand": {"cpus": 9, "mem": 1}}, [], "fits no agent"),

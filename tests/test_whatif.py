@@ -13,7 +13,7 @@ from conftest import run_fairbroker
 from allocator.engine_config import EngineConfig
 from allocator.sim.batch import parse_batch
 from allocator.sim.simulator import BatchSimulator
-from allocator.sim.whatif import Config, Report, rolling
+from allocator.sim.whatif import Config, Report, bar_axis, rolling
 
 SMALL = {
     "name": "small",
@@ -148,3 +148,12 @@ def test_live_batch_prediction_sits_beside_the_live_numbers(tmp_path: Path):
     assert text[-1].startswith("Predicted best: ")
     prediction.plot(predicted, live, tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_summary_bar_axis_says_when_it_does_not_start_at_zero():
+    """Intervals 2200-2400: padded by 10 % of the 200 s span, the axis runs 2180-2420 and
+    says it is cut; intervals reaching down to 5 start at 0 and say nothing."""
+    bottom, top, note = bar_axis([2200.0, 2250.0, 2350.0, 2400.0])
+    assert (bottom, top) == pytest.approx((2180.0, 2420.0))
+    assert note == "axis cut: starts at 2180, not 0"
+    assert bar_axis([5.0, 100.0]) == (0.0, pytest.approx(109.5), "")

@@ -276,6 +276,17 @@ def _plot_multiples(report: Report, path: Path) -> None:
     plt.close(fig)
 
 
+def bar_axis(ends: list[float]) -> tuple[float, float, str]:
+    """Y limits for bars whose interval ends are `ends`, and a note when the axis does not
+    start at 0: a few percent between configurations would vanish on a full axis, so it is
+    cut to the intervals, and the panel says so."""
+    low, high = min(ends), max(ends)
+    pad = 0.1 * (high - low) + 1e-9
+    bottom = max(0.0, low - pad)
+    note = f"axis cut: starts at {bottom:.4g}, not 0" if bottom > 0 else ""
+    return bottom, high + pad, note
+
+
 def _plot_summary(report: Report, path: Path) -> None:
     plt = _pyplot()
     schedulers = list(dict.fromkeys(c.scheduler for c in report.configs))
@@ -297,11 +308,10 @@ def _plot_summary(report: Report, path: Path) -> None:
             ax.bar(x + (k - (len(modes) - 1) / 2) * width, means, width, yerr=halves,
                    capsize=3, label=mode)  # fmt: skip
             ends += [v for e in stats if e for v in (e.low, e.high)]
-        low, high = min(ends), max(ends)
-        pad = 0.1 * (high - low) + 1e-9
-        ax.set_ylim(max(0.0, low - pad), high + pad)
+        bottom, top, note = bar_axis(ends)
+        ax.set_ylim(bottom, top)
         ax.set_xticks(x, schedulers)
-        ax.set_title(label)
+        ax.set_title(label if not note else f"{label}\n({note})")
         ax.grid(axis="y", alpha=0.3)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(modes), frameon=False,
