@@ -498,7 +498,7 @@ def test_adopted_agents_get_their_hostname_from_the_master_before_any_offer(
         backend = MesosBackend(
             MesosOptions(master="m:5050", state_dir=tmp_path), driver_factory=lambda *_: driver
         )
-        broker = Broker(backend, "drf", store=Store(tmp_path / "s.sqlite"))
+        broker = Broker(backend, EngineConfig("drf"), store=Store(tmp_path / "s.sqlite"))
         broker.start(loop=False)
         return broker
 

@@ -197,7 +197,7 @@ def test_an_adopted_executor_on_an_at_sign_agent_is_found_in_the_agent_list(
             MesosOptions(master="127.0.0.1:5050", state_dir=tmp_path, roles=roles),
             driver_factory=lambda *_: driver,
         )
-        broker = Broker(backend, "drf", store=Store(tmp_path / "s.sqlite"))
+        broker = Broker(backend, EngineConfig("drf"), store=Store(tmp_path / "s.sqlite"))
         broker.start(loop=False)
         backend.registered(driver, {"value": "fw-1"}, {})
         return broker, backend
