@@ -50,6 +50,18 @@ def make_cluster(
     )
 
 
+def engine_from(options: dict, **defaults):
+    """An EngineConfig from the engine's fields among a test helper's keyword `options`
+    (removed from it), over `defaults`."""
+    from dataclasses import fields
+
+    from allocator.engine_config import EngineConfig
+
+    names = {f.name for f in fields(EngineConfig)}
+    chosen = {k: options.pop(k) for k in list(options) if k in names}
+    return EngineConfig(**{**defaults, **chosen})
+
+
 def run_fairbroker(*args: str) -> subprocess.CompletedProcess[str]:
     """The `fairbroker` command as a user runs it, in a real subprocess."""
     return subprocess.run(

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import engine_from
 from mesos_master import AgentSpec, MesosMaster
 from spark_support import HOSTS_JOB, Driver, executor_processes, wait_for
 
@@ -18,7 +19,6 @@ from allocator.backends.local import spark_home
 from allocator.backends.mesos import MesosBackend, MesosOptions
 from allocator.broker.proto import pb
 from allocator.broker.server import BrokerOptions, BrokerService
-from allocator.engine_config import EngineConfig
 from allocator.policy import PAPER_SCHEDULERS
 
 PI_CONF = {
@@ -40,7 +40,7 @@ def mesos_broker(tmp_path: Path, master: MesosMaster, **kw):
         )
     )
     options = BrokerOptions(
-        engine=EngineConfig("rpsdsf", interval=0.5),
+        engine=engine_from(kw, scheduler="rpsdsf", interval=0.5),
         http_port=0,
         grpc_port=0,
         state_dir=tmp_path / "broker",

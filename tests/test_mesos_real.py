@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import run_fairbroker
+from conftest import engine_from, run_fairbroker
 from real_mesos import (
     SKIP_REASON,
     ZK_SKIP_REASON,
@@ -24,7 +24,6 @@ from spark_support import HOSTS_JOB, Driver, executor_processes, wait_for
 from test_mesos_live import PI_CONF, mesos_broker
 
 from allocator.backends.cluster_file import load_cluster_file
-from allocator.engine_config import EngineConfig
 
 pytestmark = pytest.mark.skipif(mesos_home() is None, reason=SKIP_REASON)
 
@@ -100,7 +99,7 @@ def broker_on(tmp_path: Path, mesos: RealMesos, **options):
     ))  # fmt: skip
     return BrokerService(
         BrokerOptions(
-            engine=EngineConfig("rpsdsf", interval=0.3),
+            engine=engine_from(options, scheduler="rpsdsf", interval=0.3),
             http_port=0,
             grpc_port=0,
             state_dir=tmp_path / "broker",

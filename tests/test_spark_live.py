@@ -12,12 +12,12 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import engine_from
 from spark_support import HOSTS_JOB, Driver, executor_processes, free_port, wait_for
 
 from allocator.backends.base import AgentInfo
 from allocator.broker.client import BrokerClient
 from allocator.broker.server import BrokerOptions, BrokerService
-from allocator.engine_config import EngineConfig
 
 PI_CONF = {
     "spark.executor.cores": "2",
@@ -38,7 +38,7 @@ TWO_AGENTS = [
 
 def service_for(tmp_path: Path, agents=None, **kw) -> BrokerService:
     options = BrokerOptions(
-        engine=EngineConfig("rpsdsf", interval=0.5),
+        engine=engine_from(kw, scheduler="rpsdsf", interval=0.5),
         http_port=0,
         grpc_port=0,
         state_dir=tmp_path / "broker",
