@@ -291,11 +291,12 @@ def test_queues_run_jobs_in_order_and_in_parallel(tmp_path: Path):
     assert max(jobs[f"{q}-j0"].submitted_s for q in ("pi-q0", "pi-q1", "wordcount-q0")) < 0.5
     assert result.makespan_s == pytest.approx(max(j.ended_s for j in result.jobs), abs=0.01)
     assert result.makespan_s < sum(j.duration_s for j in result.jobs)
-    # What was submitted: group, weight, options and the Spark conf per job.
+    # What was submitted: group, options and the Spark conf per job. The group's weight (2) is
+    # not each job's: it is the broker's role weight (tests/test_parity.py), as in simulation.
     call = next(c for c in submit.calls if c["conf"]["spark.app.name"] == "pi-q0-j1")
     assert call["app_args"][0].endswith("spark_shim/apps/pi.py")
     assert call["app_args"][1:] == ["4", "1000", "--seed", "0"]
-    assert (call["broker"], call["group"], call["weight"]) == ("127.0.0.1:7080", "pi", 2.0)
+    assert (call["broker"], call["group"], call.get("weight", 1.0)) == ("127.0.0.1:7080", "pi", 1.0)
     assert (call["oblivious"], call["token"]) == (True, "secret")
     assert call["conf"] == {
         "spark.app.name": "pi-q0-j1",
