@@ -37,22 +37,19 @@ ENGINE_FIELDS = (
 CLOCK_AND_ROLES = ("level", "trigger", "interval", "refuse_seconds", "role_weights")
 
 
-def parse_role_weights(values: Iterable[str]) -> dict[str, float]:
-    """NAME=WEIGHT strings (flags, FAIRBROKER_ROLE_WEIGHTS) as a mapping; one-line errors."""
-    weights: dict[str, float] = {}
-    for item in values:
-        name, sep, weight = item.partition("=")
-        if not sep or not name.strip():
-            raise click.BadParameter(f"expected NAME=WEIGHT, got {item!r}")
-        try:
-            weights[name.strip()] = float(weight)
-        except ValueError:
-            raise click.BadParameter(f"{name}: weight must be a number, got {weight!r}") from None
-    return weights
+def role_weights_of(values: Iterable[str]) -> dict[str, float]:
+    """--role-weight GROUP=WEIGHT flags as a mapping, or a one-line usage error."""
+    from allocator.engine_config import parse_role_weights
+    from allocator.errors import FairbrokerError
+
+    try:
+        return parse_role_weights(values)
+    except FairbrokerError as error:
+        raise click.BadParameter(str(error)) from None
 
 
 def _role_weights(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]):
-    return parse_role_weights(value) if value else None
+    return role_weights_of(value) if value else None
 
 
 def _options(defaults: dict[str, Any] | None, scheduler_required: bool) -> dict[str, Callable]:
@@ -149,11 +146,7 @@ def engine_flags(
 
     def decorate(func: Callable) -> Callable:
         if fuga:
-            func = click.option("--fuga-lambda", type=float, default=None,
-                                help="FUGA: weight of the deviation from equal dominant "
-                                "shares against skewness (default 1).")(func)  # fmt: skip
-            func = click.option("--fuga-k", type=int, default=None,
-                                help="FUGA: strategies per agent (default 3).")(func)  # fmt: skip
+            func = fuga_options(func, as_values=True)
         for field in reversed(chosen):
             func = decorators[field](func)
         return func

@@ -20,13 +20,19 @@ def _set(name: str):
     return callback
 
 
-def fuga_options(func):
+def fuga_options(func, as_values: bool = False):
+    """The two options; they set FUGA's defaults for this process, or with `as_values` are
+    passed to the command as fuga_k and fuga_lambda (serve: flags > env > file)."""
+
+    def extra(name: str) -> dict:
+        return {} if as_values else {"expose_value": False, "callback": _set(name)}
+
     func = click.option(
-        "--fuga-lambda", type=float, default=None, expose_value=False, callback=_set("lam"),
+        "--fuga-lambda", type=float, default=None, **extra("lam"),
         help="FUGA: weight of the deviation from equal dominant shares against skewness "
         "(default 1).",
     )(func)  # fmt: skip
     return click.option(
-        "--fuga-k", type=int, default=None, expose_value=False, callback=_set("k"),
+        "--fuga-k", type=int, default=None, **extra("k"),
         help="FUGA: strategies per agent, its K best executor combinations (default 3).",
     )(func)  # fmt: skip

@@ -7,11 +7,7 @@ import os
 import click
 
 from allocator.cli_engine import engine_flags, engine_options
-from allocator.cli_types import (
-    FiniteFloat,
-    LazyChoice,
-    choice_of,
-)
+from allocator.cli_types import ADMISSION_OPTION, FiniteFloat, LazyChoice
 from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 
 TOKEN_ENV = "FAIRBROKER_TOKEN"
@@ -286,9 +282,9 @@ def configure(broker: str, token: str | None, role_weights: tuple[str, ...], **c
     """Change a running broker's scheduler, mode, selection, level, trigger, ties or group
     weights. The changes last until the broker stops: to keep them, put them in its
     configuration (serve --config FILE, FAIRBROKER_* or flags)."""
-    from allocator.cli_engine import parse_role_weights
+    from allocator.cli_engine import role_weights_of
 
-    weights = parse_role_weights(role_weights)
+    weights = role_weights_of(role_weights)
     with _client(broker, token) as client:
         info = client.configure(
             **{k: v for k, v in changes.items() if v is not None}, role_weights=weights
@@ -324,11 +320,7 @@ def render_engine(info) -> str:
     help="Serve the started broker's Prometheus /metrics on this port (0: any free port; "
     "default: off).",
 )  # fmt: skip
-@click.option(
-    "--admission", type=choice_of("allocator.admission", "Policy"), default=None,
-    help="Admit the batch's jobs as one pool by fcfs, sjf or wfq (default: the scenario's "
-    "admission: sections, else each submission queue runs its jobs in turn).",
-)
+@ADMISSION_OPTION
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def batch(

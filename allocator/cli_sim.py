@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from allocator.cli_engine import engine_options
-from allocator.cli_types import FiniteFloat, choice_of
+from allocator.cli_types import ADMISSION_OPTION, FiniteFloat
 from allocator.outputs import check_output_file, check_stdout, plot_suffixes
 
 #: Options that exist for one scenario kind only; given for the other, they are an error.
@@ -31,11 +31,7 @@ TRACE_ONLY = ("horizon", "slots_per_server")
     help="Run every scheduler x mode (batches: and --scheduler/--mode under every admission "
     "policy); print one table.",
 )  # fmt: skip
-@click.option(
-    "--admission", type=choice_of("allocator.admission", "Policy"), default=None,
-    help="Batches: admit the jobs as one pool by fcfs, sjf or wfq (default: the scenario's "
-    "admission: sections, else each submission queue runs its jobs in turn).",
-)  # fmt: skip
+@ADMISSION_OPTION
 @click.option(
     "--horizon", type=FiniteFloat(min=0, min_open=True), default=None,
     help="Traces: stop at this many simulated seconds (default: the scenario's).",
@@ -199,15 +195,22 @@ def _payload(result, extra: dict[str, Any]) -> dict[str, Any]:
     return payload | extra
 
 
-#: Metrics summarised over seeds, by scenario kind: (label, path in the payload).
+#: Metrics summarised over seeds and shown as columns, by scenario kind:
+#: (column title, name, path in the payload, scale for display, digits).
 METRICS = {
-    "batch": (("makespan_s", ("makespan_s",)), ("jct_mean_s", ("jct_s", "mean")),
-              ("jct_p95_s", ("jct_s", "p95")), ("cpus", ("allocated", "cpus")),
-              ("mem", ("allocated", "mem")), ("fairness", ("fairness",)),
-              ("grants", ("grants",))),
-    "trace": (("cpus", ("allocated", "cpus")), ("mem", ("allocated", "mem")),
-              ("fairness", ("fairness",)), ("tasks_completed", ("tasks", "completed")),
-              ("jct_mean_s", ("jct_s", "mean")), ("grants", ("grants",))),
+    "batch": (("makespan s", "makespan_s", ("makespan_s",), 1, 1),
+              ("jct mean", "jct_mean_s", ("jct_s", "mean"), 1, 1),
+              ("p95", "jct_p95_s", ("jct_s", "p95"), 1, 1),
+              ("cpus %", "cpus", ("allocated", "cpus"), 100, 1),
+              ("mem %", "mem", ("allocated", "mem"), 100, 1),
+              ("fair", "fairness", ("fairness",), 1, 2),
+              ("grants", "grants", ("grants",), 1, 0)),
+    "trace": (("cpus %", "cpus", ("allocated", "cpus"), 100, 1),
+              ("mem %", "mem", ("allocated", "mem"), 100, 1),
+              ("fair", "fairness", ("fairness",), 1, 2),
+              ("tasks done", "tasks_completed", ("tasks", "completed"), 1, 0),
+              ("jct mean", "jct_mean_s", ("jct_s", "mean"), 1, 1),
+              ("grants", "grants", ("grants",), 1, 0)),
 }  # fmt: skip
 
 
@@ -226,7 +229,7 @@ def _summary(kind: str, payloads: list[dict[str, Any]]) -> dict[str, Any]:
     from allocator.sim.stats import estimate
 
     estimates = {}
-    for name, path in METRICS[kind]:
+    for _, name, path, *_ in METRICS[kind]:
         values = [_get(p, path) for p in payloads]
         if all(v is not None for v in values):
             e = estimate(values)  # type: ignore[arg-type]
@@ -248,21 +251,7 @@ def _cell(summary: dict, name: str, path: tuple[str, ...], scale: float, width: 
 
 def _render(kind: str, summaries: list[dict[str, Any]], seeds: int) -> str:
     wide = 8 if seeds == 1 else 15
-    columns = {
-        "batch": (("makespan s", "makespan_s", ("makespan_s",), 1, 1),
-                  ("jct mean", "jct_mean_s", ("jct_s", "mean"), 1, 1),
-                  ("p95", "jct_p95_s", ("jct_s", "p95"), 1, 1),
-                  ("cpus %", "cpus", ("allocated", "cpus"), 100, 1),
-                  ("mem %", "mem", ("allocated", "mem"), 100, 1),
-                  ("fair", "fairness", ("fairness",), 1, 2),
-                  ("grants", "grants", ("grants",), 1, 0)),
-        "trace": (("cpus %", "cpus", ("allocated", "cpus"), 100, 1),
-                  ("mem %", "mem", ("allocated", "mem"), 100, 1),
-                  ("fair", "fairness", ("fairness",), 1, 2),
-                  ("tasks done", "tasks_completed", ("tasks", "completed"), 1, 0),
-                  ("jct mean", "jct_mean_s", ("jct_s", "mean"), 1, 1),
-                  ("grants", "grants", ("grants",), 1, 0)),
-    }[kind]  # fmt: skip
+    columns = METRICS[kind]
     head = f"{'scheduler':<12}{'mode':<15}"
     if kind == "batch":
         head += f"{'admission':<10}{'bound s':>9}"

@@ -69,6 +69,13 @@ def ties_choice() -> LazyChoice:
     return choice_of("allocator.policy", "Ties")
 
 
+#: How a batch's jobs are admitted (allocator.admission): `sim` and `batch` alike.
+ADMISSION_OPTION = click.option(
+    "--admission", type=choice_of("allocator.admission", "Policy"), default=None,
+    help="Batches: admit the jobs as one pool by fcfs, sjf or wfq (default: the scenario's "
+    "admission: sections, else each submission queue runs its jobs in turn).",
+)  # fmt: skip
+
 #: Seeds feed numpy's SeedSequence, which takes non-negative integers.
 SEED = click.IntRange(min=0)
 

@@ -94,6 +94,10 @@ def _grow(array: np.ndarray, rows: int, cols: int | None = None, fill: object = 
     return out
 
 
+def _from_config(name: str) -> property:
+    return property(lambda engine: getattr(engine.config, name), doc=f"config.{name}")
+
+
 class Engine:
     """Online allocation state in slot arrays, so an allocation run costs array copies."""
 
@@ -142,15 +146,17 @@ class Engine:
         broker's API); the random stream is the one seeded at start."""
         self.config = config
         self.scheduler = scheduler(config.scheduler)
-        self.mode = config.mode
         self.selection = config.effective_selection
-        self.level = config.level
-        self.trigger = config.trigger
-        self.ties = config.ties
-        self.refuse_seconds = config.refuse_seconds
-        self.interval = config.interval
-        self.role_weights = dict(config.role_weights)
         self._dirty = True
+
+    # What the engine decides with, read from its configuration (never a second copy).
+    mode = _from_config("mode")
+    level = _from_config("level")
+    trigger = _from_config("trigger")
+    ties = _from_config("ties")
+    refuse_seconds = _from_config("refuse_seconds")
+    interval = _from_config("interval")
+    role_weights = _from_config("role_weights")
 
     def configure(
         self, scheduler_name: str, mode: Mode | str, selection: Selection | str | None = None

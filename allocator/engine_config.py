@@ -10,7 +10,7 @@ filter on declined resources.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
@@ -35,6 +35,23 @@ class Trigger(StrEnum):
 
 class EngineConfigError(FairbrokerError):
     """An engine option out of range or unknown; the message names the option."""
+
+
+def parse_role_weights(items: Iterable[str]) -> dict[str, float]:
+    """GROUP=WEIGHT strings (--role-weight flags, FAIRBROKER_ROLE_WEIGHTS=a=2,b=1) as a
+    mapping; the weights themselves are checked by EngineConfig."""
+    weights: dict[str, float] = {}
+    for item in items:
+        name, sep, weight = str(item).partition("=")
+        if not sep or not name.strip():
+            raise EngineConfigError(f"role_weights: expected GROUP=WEIGHT, got {item!r}")
+        try:
+            weights[name.strip()] = float(weight)
+        except ValueError:
+            raise EngineConfigError(
+                f"role_weights: {name.strip()}: weight must be a number, got {weight!r}"
+            ) from None
+    return weights
 
 
 def _enum(kind: type[StrEnum], value: object, name: str) -> Any:

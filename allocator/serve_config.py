@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from allocator.engine_config import EngineConfig, Trigger
+from allocator.engine_config import EngineConfig, Trigger, parse_role_weights
 from allocator.errors import FairbrokerError, did_you_mean
 from allocator.mesos_defaults import ALLOCATION_INTERVAL_SECONDS, REFUSE_SECONDS
 from allocator.policy import SCHEDULERS, Selection, Ties
@@ -111,13 +111,10 @@ class ServeConfig(BaseModel):
         if isinstance(value, str):
             value = [v for v in value.split(",") if v.strip()]
         if isinstance(value, list | tuple):
-            out = {}
-            for item in value:
-                name, sep, weight = str(item).partition("=")
-                if not sep or not name.strip():
-                    raise ValueError(f"expected GROUP=WEIGHT, got {item!r}")
-                out[name.strip()] = weight.strip()
-            return out
+            try:
+                return parse_role_weights(value)
+            except FairbrokerError as error:
+                raise ValueError(str(error).removeprefix("role_weights: ")) from None
         return value
 
     @model_validator(mode="after")
@@ -148,8 +145,10 @@ class ServeConfig(BaseModel):
         """The engine's part, checked as the engine checks it (one line naming the key)."""
         try:
             return EngineConfig(
-                self.scheduler.lower(), self.mode, self.selection, self.level, self.trigger,
-                self.ties, self.seed, self.refuse_seconds, self.interval, self.role_weights,
+                scheduler=self.scheduler.lower(), mode=self.mode, selection=self.selection,
+                level=self.level, trigger=self.trigger, ties=self.ties, seed=self.seed,
+                refuse_seconds=self.refuse_seconds, interval=self.interval,
+                role_weights=self.role_weights,
             )  # fmt: skip
         except FairbrokerError as error:
             raise ConfigError(str(error)) from None

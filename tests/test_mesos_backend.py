@@ -221,19 +221,22 @@ def test_each_role_is_its_own_pool(tmp_path: Path) -> None:
     broker.stop(kill_executors=False)
 
 
-def test_a_restarted_broker_readopts_mesos_tasks_and_resubscribes(tmp_path: Path) -> None:
+def broker_on_state(state: Path, driver: RecordingDriver) -> Broker:
+    """A broker on a Mesos backend driven by `driver`, with its state in `state`: built
+    again on the same directory, it is a broker restart."""
     from allocator.broker.store import Store
 
-    def make(driver: RecordingDriver) -> Broker:
-        backend = MesosBackend(
-            MesosOptions(master="m:5050", state_dir=tmp_path), driver_factory=lambda *_: driver
-        )
-        broker = Broker(backend, EngineConfig("drf"), store=Store(tmp_path / "s.sqlite"))
-        broker.start(loop=False)
-        return broker
+    backend = MesosBackend(
+        MesosOptions(master="m:5050", state_dir=state), driver_factory=lambda *_: driver
+    )
+    broker = Broker(backend, EngineConfig("drf"), store=Store(state / "s.sqlite"))
+    broker.start(loop=False)
+    return broker
 
+
+def test_a_restarted_broker_readopts_mesos_tasks_and_resubscribes(tmp_path: Path) -> None:
     first_driver = RecordingDriver()
-    first = make(first_driver)
+    first = broker_on_state(tmp_path, first_driver)
     first.backend.registered(first_driver, {"value": "fw-9"}, {})
     first.register(tenant("pi", 2, 1024, target=2))
     first.backend.resourceOffers(first_driver, [offer("o1", "a1", "h1", 8, 4096)])
@@ -242,7 +245,7 @@ def test_a_restarted_broker_readopts_mesos_tasks_and_resubscribes(tmp_path: Path
     assert first_driver.named("stop") == [(True,)]  # failover: the tasks keep running
 
     driver = RecordingDriver()
-    second = make(driver)
+    second = broker_on_state(tmp_path, driver)
     assert second.backend.framework_id == "fw-9"  # re-subscribes as the same framework
     assert second.engine.tasks_of("pi") == 2  # adopted, counted once
     second.backend.registered(driver, {"value": "fw-9"}, {})
@@ -492,23 +495,13 @@ def test_adopted_agents_get_their_hostname_from_the_master_before_any_offer(
     from mesos_master import AgentSpec, MesosMaster
     from spark_support import wait_for
 
-    from allocator.broker.store import Store
-
-    def make(driver: RecordingDriver) -> Broker:
-        backend = MesosBackend(
-            MesosOptions(master="m:5050", state_dir=tmp_path), driver_factory=lambda *_: driver
-        )
-        broker = Broker(backend, EngineConfig("drf"), store=Store(tmp_path / "s.sqlite"))
-        broker.start(loop=False)
-        return broker
-
     spec = AgentSpec("a1", {"cpus": 8, "mem": 4096}, hostname="127.0.4.7")
     with MesosMaster([spec], work_dir=tmp_path / "mesos") as master:
         slaves = requests.get(f"http://{master.address}/master/slaves", timeout=10).json()
         ((agent_id, host),) = [(a["id"], a["hostname"]) for a in slaves["slaves"]]
         assert host == "127.0.4.7"
         first_driver = RecordingDriver()
-        first = make(first_driver)
+        first = broker_on_state(tmp_path, first_driver)
         first.backend.registered(first_driver, {"value": "fw-9"}, {})
         first.register(tenant("pi", 2, 1024, target=1))
         first.backend.resourceOffers(first_driver, [offer("o1", agent_id, host, 8, 4096)])
@@ -517,7 +510,7 @@ def test_adopted_agents_get_their_hostname_from_the_master_before_any_offer(
 
         driver = RecordingDriver()
         driver.master = master.address  # the leading master pymesos is connected to
-        second = make(driver)
+        second = broker_on_state(tmp_path, driver)
         assert second.engine.tasks_of("pi") == 1  # adopted, on an agent known by id only
         hosts = lambda: {a.name: a.hostname for a in second.allocation().agents}  # noqa: E731
         assert hosts().get(agent_id, "") == ""

@@ -847,7 +847,6 @@ def test_teardown_kills_tasks_and_ends_the_framework(master: MesosMaster, subscr
         again.close()
 
 
-
 @BOTH
 def test_teardown_kills_the_tasks_and_removes_the_framework_seen_from_outside(
     master: MesosMaster, subscribe, tmp_path: Path
@@ -886,6 +885,7 @@ def test_teardown_kills_the_tasks_and_removes_the_framework_seen_from_outside(
         assert again.next_event()["error"]["message"] == "Framework has been removed"
     finally:
         again.close()
+
 
 # Operator endpoints -----------------------------------------------------------------------
 
