@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
@@ -30,51 +29,9 @@ def example() -> Cluster:
     return paper_example()
 
 
-def make_cluster(
-    capacity: list[list[float]],
-    demand: list[list[float]],
-    weight: list[float] | None = None,
-    eligible: list[list[bool]] | None = None,
-    max_tasks: list[float] | None = None,
-    resources: tuple[str, ...] = ("cpus", "mem"),
-) -> Cluster:
-    return Cluster.from_arrays(
-        capacity,
-        demand,
-        resources,
-        weight,
-        eligible,
-        max_tasks,
-        agent_names=tuple(f"s{i + 1}" for i in range(len(capacity))),
-        framework_names=tuple(f"f{n + 1}" for n in range(len(demand))),
-    )
-
-
-def engine_from(options: dict, **defaults):
-    """An EngineConfig from the engine's fields among a test helper's keyword `options`
-    (removed from it), over `defaults`."""
-    from dataclasses import fields
-
-    from allocator.engine_config import EngineConfig
-
-    names = {f.name for f in fields(EngineConfig)}
-    chosen = {k: options.pop(k) for k in list(options) if k in names}
-    return EngineConfig(**{**defaults, **chosen})
-
-
-def run_fairbroker(*args: str) -> subprocess.CompletedProcess[str]:
-    """The `fairbroker` command as a user runs it, in a real subprocess."""
-    return subprocess.run(
-        [sys.executable, "-c", "from allocator.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 @pytest.fixture(autouse=True)
 def _stop_spark_drivers():
     """No Spark driver a test started outlives it, even when the test fails early."""
     yield
-    if "spark_support" in sys.modules:
-        sys.modules["spark_support"].kill_all_drivers()
+    if "support.spark" in sys.modules:
+        sys.modules["support.spark"].kill_all_drivers()

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_fairbroker
-from test_batch_live import FakeSubmit
+from support.commands import run_fairbroker
+from support.fake_submit import FakeSubmit
 
 from allocator.admission import (
     Admission,

@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 import yaml
-from conftest import run_fairbroker
+from support.commands import run_fairbroker
 
 SPARK_TIME = re.compile(r"^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d) ", re.MULTILINE)
 

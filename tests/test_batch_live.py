@@ -12,15 +12,14 @@ import _thread
 import json
 import math
 import os
-import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from google.protobuf.json_format import MessageToDict
+from support.fake_submit import FakePlan, FakeSubmit
 
 from allocator.batch import run_live_batch
 from allocator.batch.allocation import parse_allocation
@@ -30,61 +29,6 @@ from allocator.errors import FairbrokerError, ScenarioError
 from allocator.sim.batch import load_batch, parse_batch
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "benchmarks" / "scenarios"
-
-FAKE_DRIVER = r"""
-import math, os, subprocess, sys, time
-job = os.environ["FAKE_JOB"]
-state = os.environ["FAKE_STATE"]
-open(os.path.join(state, job + ".pid"), "w").write(str(os.getpid()))
-if os.environ.get("FAKE_CHILD"):  # a grandchild, as spark-submit's JVM has
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    open(os.path.join(state, job + ".child"), "w").write(str(child.pid))
-print("some driver log line", file=sys.stderr, flush=True)
-time.sleep(float(os.environ.get("FAKE_SLEEP", "0.2")))
-script, args = os.path.basename(sys.argv[1]), sys.argv[2:]
-if script == "pi.py":
-    samples = int(args[0]) * int(args[1])
-    value = float(os.environ.get("FAKE_PI", math.pi))
-    print(f"RESULT pi={value} inside=0 samples={samples}", flush=True)
-elif script == "wordcount.py":
-    words = open(args[0]).read().split()
-    print(f"RESULT words={len(words)} distinct={len(set(words))}", flush=True)
-sys.exit(int(os.environ.get("FAKE_EXIT", "0")))
-"""
-
-
-@dataclass
-class FakePlan:
-    argv: list[str]
-    env: dict[str, str]
-
-
-class FakeSubmit:
-    """Stands in for spark_submit_command; `env_for(job)` adds per-job behaviour."""
-
-    def __init__(self, tmp: Path, env_for: Mapping[str, dict[str, str]] | None = None):
-        tmp.mkdir(parents=True, exist_ok=True)
-        self.driver = tmp / "fake_driver.py"
-        self.driver.write_text(FAKE_DRIVER)
-        self.state = tmp / "state"
-        self.state.mkdir(exist_ok=True)
-        self.env_for = env_for or {}
-        self.calls: list[dict[str, object]] = []
-        self.lock = threading.Lock()
-
-    def __call__(self, app_args: Sequence[str], **options: object) -> FakePlan:
-        conf = dict(options["conf"])  # type: ignore[call-overload]
-        job = conf["spark.app.name"]
-        with self.lock:
-            self.calls.append({"app_args": list(app_args), **options})
-        env = {"FAKE_JOB": job, "FAKE_STATE": str(self.state), **self.env_for.get(job, {})}
-        return FakePlan([sys.executable, str(self.driver), *app_args], env)
-
-    def pids(self) -> list[int]:
-        return [
-            int(p.read_text()) for p in [*self.state.glob("*.pid"), *self.state.glob("*.child")]
-        ]
-
 
 def alive(pid: int) -> bool:
     try:

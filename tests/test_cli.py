@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_fairbroker
+from support.commands import run_fairbroker
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "allocator" / "data" / "paper002-example.yaml"
 

@@ -14,24 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_fairbroker
+from support.commands import one_line_error, run_fairbroker
 
 #: Modules the command line must not import before a command needs them (--help, shell
 #: completion and `status` stay fast). Timings are in benchmarks/bench_cli.py.
 HEAVY = ("numpy", "scipy", "matplotlib", "grpc", "google.protobuf", "pydantic", "pandas",
          "prometheus_client", "requests", "tqdm", "pymesos")  # fmt: skip
-
-
-def one_line_error(done: subprocess.CompletedProcess[str], *expected: str) -> str:
-    """Exit 2, nothing on stdout, exactly one `fairbroker: error:` line on stderr."""
-    assert done.returncode == 2, (done.returncode, done.stderr)
-    assert "Traceback" not in done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("fairbroker: error: "), lines[0]
-    for text in expected:
-        assert text in lines[0], lines[0]
-    return lines[0]
 
 
 def complete(*words: str) -> list[str]:

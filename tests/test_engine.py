@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import make_cluster
+from support.instances import make_cluster
 
 from allocator.engine import Engine, EngineError
 from allocator.engine_config import EngineConfig

@@ -7,7 +7,7 @@ rest of the pass; and the pass visits the agents in one shuffled order, each fil
 from __future__ import annotations
 
 import numpy as np
-from conftest import make_cluster
+from support.instances import make_cluster
 
 from allocator.engine import Engine
 from allocator.engine_config import EngineConfig

@@ -6,8 +6,8 @@ import json
 
 import pytest
 import yaml
-from conftest import run_fairbroker
-from test_parity import two_roles
+from support.commands import run_fairbroker
+from support.instances import two_roles
 
 from allocator.engine_config import EngineConfig, EngineConfigError
 

@@ -8,11 +8,11 @@ from importlib.resources import files
 
 import numpy as np
 import pytest
-from conftest import make_cluster
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import LinearConstraint, milp, minimize
 from scipy.sparse import coo_array
+from support.instances import clusters
 
 from allocator.errors import ScenarioError
 from allocator.exact import solve
@@ -137,44 +137,6 @@ def test_bad_input_is_one_line(fig1: Cluster) -> None:
 
 
 # ---- random small instances --------------------------------------------------------------
-
-
-@st.composite
-def clusters(draw: st.DrawFn) -> Cluster:
-    n_r = draw(st.integers(2, 3))
-    n_a = draw(st.integers(1, 3))
-    n_f = draw(st.integers(1, 4))
-    positive = st.lists(st.integers(1, 30), min_size=n_r, max_size=n_r)
-    capacity = draw(st.lists(positive, min_size=n_a, max_size=n_a))
-    small = st.lists(st.integers(0, 8), min_size=n_r, max_size=n_r).filter(any)
-    demand = draw(st.lists(small, min_size=n_f, max_size=n_f))
-    weight = draw(st.lists(st.sampled_from([0.5, 1.0, 2.0]), min_size=n_f, max_size=n_f))
-    eligible = np.array(
-        draw(
-            st.lists(
-                st.lists(st.booleans(), min_size=n_a, max_size=n_a), min_size=n_f, max_size=n_f
-            )
-        )
-    )
-    eligible[
-        np.arange(n_f), draw(st.lists(st.integers(0, n_a - 1), min_size=n_f, max_size=n_f))
-    ] = True
-    max_tasks = draw(
-        st.lists(st.one_of(st.just(np.inf), st.integers(1, 6)), min_size=n_f, max_size=n_f)
-    )
-    capacity = np.array(capacity, dtype=float)
-    demand = np.array(demand, dtype=float)
-    # Every framework fits on each of its eligible agents (the scenario loader's rule is
-    # "at least one"; all of them keeps the draw simple).
-    capacity = np.maximum(capacity, (demand[:, None, :] * eligible[:, :, None]).max(axis=0))
-    return make_cluster(
-        capacity.tolist(),
-        demand.tolist(),
-        weight,
-        eligible.tolist(),
-        max_tasks,
-        resources=("cpus", "mem", "disk")[:n_r],
-    )
 
 
 @settings(max_examples=60, deadline=None)

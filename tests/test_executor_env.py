@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_broker import AGENTS, PI, RecordingBackend, request
-from test_mesos_backend import RecordingDriver
+from support.broker import AGENTS, PI, RecordingBackend, request
+from support.mesos import RecordingDriver
 
 from allocator.backends.base import LaunchSpec
 from allocator.backends.executor import (

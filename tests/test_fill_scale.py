@@ -8,10 +8,10 @@ import re
 
 import numpy as np
 import pytest
-from conftest import make_cluster, run_fairbroker
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_cli_edges import one_line_error
+from support.commands import one_line_error, run_fairbroker
+from support.instances import make_cluster
 
 from allocator import memory_guard
 from allocator.errors import ScenarioError

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_cluster, run_fairbroker
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.commands import run_fairbroker
+from support.instances import make_cluster
 
 from allocator.errors import ScenarioError
 from allocator.filling import progressive_fill

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from test_broker import AGENTS, RecordingBackend
+from support.broker import AGENTS, RecordingBackend
 
 from allocator.broker.asgi import HttpLimits
 from allocator.broker.client import BrokerCallError, BrokerClient

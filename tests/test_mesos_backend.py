@@ -9,54 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
+from support.mesos import RecordingDriver, launched, offer, tenant
 
 from allocator.backends.mesos import MesosBackend, MesosOptions
 from allocator.broker.core import Broker
-from allocator.broker.proto import pb
 from allocator.engine_config import EngineConfig
-
-
-class RecordingDriver:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, tuple]] = []
-
-    def __getattr__(self, name: str):
-        def record(*args, **kwargs):
-            self.calls.append((name, args + tuple(kwargs.values())))
-
-        return record
-
-    def named(self, name: str) -> list[tuple]:
-        return [args for call, args in self.calls if call == name]
-
-
-def offer(offer_id: str, agent: str, host: str, cpus: float, mem: float, role: str = "*"):
-    resources = [
-        {"name": "cpus", "type": "SCALAR", "scalar": {"value": cpus}, "role": "*",
-         "allocation_info": {"role": role}},
-        {"name": "mem", "type": "SCALAR", "scalar": {"value": mem}, "role": "*",
-         "allocation_info": {"role": role}},
-        {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": 31000, "end": 32000}]}},
-    ]  # fmt: skip
-    return {
-        "id": {"value": offer_id},
-        "framework_id": {"value": "fw-1"},
-        "agent_id": {"value": agent},
-        "hostname": host,
-        "resources": resources,
-        "attributes": [{"name": "type", "type": "TEXT", "text": {"value": agent}}],
-        "allocation_info": {"role": role},
-    }
-
-
-def tenant(name: str, cpus: float, mem: float, target: int, group: str = "") -> pb.RegisterRequest:
-    return pb.RegisterRequest(
-        tenant_id=name, group=group, demand={"cpus": cpus, "mem": mem}, target=target,
-        launch=pb.ExecutorLaunch(
-            driver_url="spark://CoarseGrainedScheduler@10.0.0.5:7078", app_id=f"app-{name}",
-            cores=int(cpus), heap_mib=int(mem) - 384,
-        ),
-    )  # fmt: skip
 
 
 @pytest.fixture
@@ -81,15 +38,6 @@ def _scrape(broker: Broker) -> str:
     registry = CollectorRegistry()
     registry.register(AllocationCollector(lambda: broker_reading(broker)))
     return generate_latest(registry).decode()
-
-
-def launched(driver: RecordingDriver) -> list[dict]:
-    return [
-        task
-        for ids, operations, _filters in driver.named("acceptOffers")
-        for op in operations
-        for task in op["launch"]["task_infos"]
-    ]
 
 
 def test_offers_become_capacity_and_launches_carry_the_demand_exactly(setup) -> None:
@@ -493,7 +441,7 @@ def test_adopted_agents_get_their_hostname_from_the_master_before_any_offer(
     master's /master/slaves (here the test master's) and names them at once."""
     import requests
     from mesos_master import AgentSpec, MesosMaster
-    from spark_support import wait_for
+    from support.spark import wait_for
 
     spec = AgentSpec("a1", {"cpus": 8, "mem": 4096}, hostname="127.0.4.7")
     with MesosMaster([spec], work_dir=tmp_path / "mesos") as master:

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_fairbroker
 from mesos_master import AgentSpec, MesosMaster
-from spark_support import wait_for
-from test_prometheus import series, tool
+from support.commands import run_fairbroker
+from support.promtool import series, tool
+from support.spark import wait_for
 
 from allocator.backends.local import spark_home
 from allocator.backends.mesos import MesosBackend, MesosOptions

@@ -11,43 +11,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import engine_from
 from mesos_master import AgentSpec, MesosMaster
-from spark_support import HOSTS_JOB, Driver, executor_processes, wait_for
+from support.mesos import PI_CONF, mesos_broker
+from support.spark import HOSTS_JOB, Driver, executor_processes, wait_for
 
-from allocator.backends.local import spark_home
-from allocator.backends.mesos import MesosBackend, MesosOptions
 from allocator.broker.proto import pb
-from allocator.broker.server import BrokerOptions, BrokerService
 from allocator.policy import PAPER_SCHEDULERS
 
-PI_CONF = {
-    "spark.executor.cores": "2",
-    "spark.executor.memory": "640m",  # + 384 overhead = 1024 MiB
-    "spark.executor.instances": "2",
-}
 AGENTS = [
     AgentSpec("mem-rich", {"cpus": 4, "mem": 7168}, hostname="127.0.3.1"),
     AgentSpec("cpu-rich", {"cpus": 8, "mem": 4096}, hostname="127.0.3.2"),
 ]
-
-
-@contextlib.contextmanager
-def mesos_broker(tmp_path: Path, master: MesosMaster, **kw):
-    backend = MesosBackend(
-        MesosOptions(
-            master=master.address, spark_home=str(spark_home()), state_dir=tmp_path / "broker"
-        )
-    )
-    options = BrokerOptions(
-        engine=engine_from(kw, scheduler="rpsdsf", interval=0.5),
-        http_port=0,
-        grpc_port=0,
-        state_dir=tmp_path / "broker",
-        **kw,
-    )
-    with BrokerService(options, backend=backend) as service:
-        yield service
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from mesos_master import AgentSpec, MesosMaster, SchedulerStream
 from mesos_master.wire import RecordIODecoder, encode_record
-from real_mesos import (
+from support.real_mesos import (
     SKIP_REASON,
     RealMesos,
     describe,

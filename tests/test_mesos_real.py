@@ -1,5 +1,5 @@
 """The broker's Mesos path against a real Apache Mesos 1.11.0 master and six real agents
-(tests/real_mesos.py): real Spark jobs whose executors are Mesos tasks on real agents, and
+(tests/support/real_mesos.py): real Spark jobs whose executors are Mesos tasks on real agents, and
 the faults a real master produces. Skipped when the machine has no Mesos build."""
 
 from __future__ import annotations
@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import engine_from, run_fairbroker
-from real_mesos import (
+from support.broker import engine_from
+from support.commands import run_fairbroker
+from support.mesos import PI_CONF, mesos_broker
+from support.real_mesos import (
     SKIP_REASON,
     ZK_SKIP_REASON,
     RealMesos,
@@ -20,8 +22,7 @@ from real_mesos import (
     processes_under,
     zookeeper_available,
 )
-from spark_support import HOSTS_JOB, Driver, executor_processes, wait_for
-from test_mesos_live import PI_CONF, mesos_broker
+from support.spark import HOSTS_JOB, Driver, executor_processes, wait_for
 
 from allocator.backends.cluster_file import load_cluster_file
 

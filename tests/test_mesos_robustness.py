@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from test_mesos_backend import RecordingDriver, launched, offer, tenant
+from support.mesos import RecordingDriver, launched, offer, tenant
 
 from allocator.backends.mesos import MesosBackend, MesosOptions
 from allocator.broker.core import Broker

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 from mesos_master import AgentSpec, MesosMaster
-from test_mesos_backend import RecordingDriver, offer, tenant
+from support.mesos import RecordingDriver, offer, tenant
 
 from allocator.backends.mesos import MesosBackend, MesosOptions
 from allocator.broker.core import Broker
@@ -468,7 +468,7 @@ def test_every_call_the_broker_makes_is_well_formed_and_taken_by_a_real_master(
     """The same run as above against a real Mesos 1.11.0 master and two real agents, the
     calls recorded as pymesos sends them: every body has the proto shape, the real master
     answers none with an error, and no launch is lost or repeated."""
-    from real_mesos import (
+    from support.real_mesos import (
         SKIP_REASON,
         RealMesos,
         describe,

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 from google.protobuf import json_format
 from prometheus_client.parser import text_string_to_metric_families
-from test_broker import RecordingBackend, request
+from support.broker import RecordingBackend, request
 
 from allocator.backends.base import AgentInfo, ExecutorState
 from allocator.batch.allocation import parse_allocation

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_broker import AGENTS, PI, RecordingBackend, request
-from test_mesos_backend import RecordingDriver, offer, tenant
+from support.broker import AGENTS, PI, RecordingBackend, request
+from support.mesos import RecordingDriver, offer, tenant
 
 from allocator.backends.base import ExecutorState
 from allocator.backends.local import MARKER, LocalCluster

@@ -4,7 +4,8 @@ and the same batch gives the same grants through the simulator and through the b
 from __future__ import annotations
 
 import pytest
-from test_broker import RecordingBackend, request
+from support.broker import RecordingBackend, request
+from support.instances import DEMAND, two_roles
 
 from allocator.backends.cluster_file import agent_infos
 from allocator.broker.core import Broker
@@ -12,26 +13,6 @@ from allocator.engine import Engine
 from allocator.engine_config import EngineConfig
 from allocator.sim.batch import parse_batch
 from allocator.sim.simulator import BatchSimulator
-
-DEMAND = {"cpus": 2.0, "mem": 1024.0}
-
-
-def two_roles(weights: dict[str, float], executors: int = 20) -> dict:
-    """Two groups, one job each, on paper 002's three agent types at the project's scale."""
-    job = {"work": 60, "startup_s": 5, "executor_start_s": 3, "serial_s": 2,
-           "release_spread_s": 2}  # fmt: skip
-    return {
-        "agents": [
-            {"name": "t1", "resources": {"cpus": 4, "mem": 7168}, "attributes": {"type": "t1"}},
-            {"name": "t2", "resources": {"cpus": 8, "mem": 4096}, "attributes": {"type": "t2"}},
-            {"name": "t3", "resources": {"cpus": 6, "mem": 5632}, "attributes": {"type": "t3"}},
-        ],
-        "groups": [
-            {"name": g, "weight": w, "queues": 1, "jobs_per_queue": 1, "demand": DEMAND,
-             "executors": executors, "job": job}
-            for g, w in weights.items()
-        ],
-    }  # fmt: skip
 
 
 def test_role_weight_shares_an_agent_two_to_one():

@@ -6,8 +6,6 @@ and every query of the Grafana dashboard is valid PromQL that Prometheus evaluat
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import socket
 import subprocess
 import time
@@ -19,7 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_broker import PI, WORDCOUNT, RecordingBackend, request
+from support.broker import PI, WORDCOUNT, RecordingBackend, request
+from support.promtool import series, tool
 
 from allocator.broker.client import BrokerClient
 from allocator.broker.proto import pb
@@ -30,16 +29,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 MIB = 1 << 20
 TIMEOUT = 20.0
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        message = f"{name} is not installed (`make system-deps` installs Debian's prometheus)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
 
 
 def free_port() -> int:
@@ -103,11 +92,11 @@ def query(server: str, promql: str) -> dict[tuple[tuple[str, str], ...], float]:
     """Instant vector as {sorted labels without job/instance/__name__: value}."""
     data = api(server, "query", query=promql)
     out = {}
-    for series in data["result"]:
+    for found in data["result"]:
         labels = {
-            k: v for k, v in series["metric"].items() if k not in ("job", "instance", "__name__")
+            k: v for k, v in found["metric"].items() if k not in ("job", "instance", "__name__")
         }
-        out[tuple(sorted(labels.items()))] = float(series["value"][1])
+        out[tuple(sorted(labels.items()))] = float(found["value"][1])
     return out
 
 
@@ -256,12 +245,6 @@ def test_promtool_accepts_the_deploy_config_and_rules() -> None:
                  ["check", "rules", DEPLOY / "alerts.yml"]):  # fmt: skip
         done = subprocess.run([promtool, *map(str, args)], capture_output=True, text=True)
         assert done.returncode == 0, done.stdout + done.stderr
-
-
-def series(name: str, values: str, **kw: str) -> dict[str, str]:
-    pairs = {"instance": "b:7082", "job": "fairbroker", **kw}
-    text = ",".join(f'{k}="{v}"' for k, v in pairs.items())
-    return {"series": f"{name}{{{text}}}", "values": values}
 
 
 def test_the_alerts_fire_when_they_should(tmp_path: Path) -> None:

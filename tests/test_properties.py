@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from conftest import make_cluster
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.instances import make_cluster
 
 from allocator.filling import progressive_fill
 from allocator.model import Cluster

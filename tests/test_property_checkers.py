@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import make_cluster
 from scipy.optimize import OptimizeResult
+from support.instances import make_cluster
 
 import allocator.properties as properties
 from allocator.properties import (

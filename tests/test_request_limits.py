@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from test_broker import AGENTS, PI, RecordingBackend, request
+from support.broker import AGENTS, PI, RecordingBackend, request
 
 from allocator.backends.base import AgentInfo
 from allocator.backends.executor import ExecutorEnvPolicy

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_fairbroker
+from support.commands import run_fairbroker
 
 from allocator.serve_config import MASK, ConfigError, ServeConfig, load_serve_config
 

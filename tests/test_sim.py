@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_fairbroker
+from support.commands import run_fairbroker
 
 from allocator.engine_config import EngineConfig
 from allocator.sim.batch import load_batch, parse_batch

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import run_fairbroker
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_exact import clusters
+from support.commands import run_fairbroker
+from support.instances import clusters
 
 from allocator.exact import solve
 from allocator.exact.registry import EXACT_POLICIES

@@ -12,8 +12,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import engine_from
-from spark_support import HOSTS_JOB, Driver, executor_processes, free_port, wait_for
+from support.broker import engine_from
+from support.spark import HOSTS_JOB, Driver, executor_processes, free_port, wait_for
 
 from allocator.backends.base import AgentInfo
 from allocator.broker.client import BrokerClient

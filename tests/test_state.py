@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_broker import PI, WORDCOUNT, RecordingBackend, request
+from support.broker import PI, WORDCOUNT, RecordingBackend, request
 
 from allocator.broker.core import ApiError, Broker
 from allocator.broker.store import SCHEMA_VERSION, StateDamaged, Store
@@ -278,7 +278,7 @@ def test_read_only_state_refuses_changes_and_leaves_no_phantom_allocation(tmp_pa
 
 
 def test_http_answers_503_when_the_state_cannot_be_written(tmp_path) -> None:
-    from test_broker import AGENTS, http
+    from support.broker import AGENTS, http
 
     from allocator.broker.server import BrokerOptions, BrokerService
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import yaml
-from conftest import run_fairbroker
+from support.commands import run_fairbroker
 
 from allocator.engine_config import EngineConfig
 from allocator.sim.batch import parse_batch

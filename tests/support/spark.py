@@ -15,7 +15,7 @@ from pathlib import Path
 
 from spark_shim.submit import spark_submit_command
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 HOSTS_JOB = HERE / "spark_apps" / "hosts_job.py"
 QUIET_CONF = {"spark.ui.enabled": "false", "spark.log.level": "WARN"}
 

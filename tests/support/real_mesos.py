@@ -35,7 +35,7 @@ import requests
 
 from allocator.backends.base import AgentInfo
 
-CHECKOUT = Path(__file__).resolve().parents[1]
+CHECKOUT = Path(__file__).resolve().parents[2]
 VERSION = "1.11.0"
 SKIP_REASON = (
     "no Apache Mesos 1.11.0 build: `make mesos` installs it from ../shared/mesos "
