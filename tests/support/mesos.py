@@ -8,12 +8,11 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from support.broker import engine_from
-
 from allocator.backends.local import spark_home
 from allocator.backends.mesos import MesosBackend, MesosOptions
 from allocator.broker.proto import pb
 from allocator.broker.server import BrokerOptions, BrokerService
+from support.broker import engine_from
 
 PI_CONF = {
     "spark.executor.cores": "2",
