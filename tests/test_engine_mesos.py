@@ -122,9 +122,9 @@ def test_the_offered_remainder_counts_for_the_role_too():
     state.grant(0, 0)
     state.withhold(0, 0)
     assert np.allclose(state.alloc[0], [5, 5]) and np.allclose(state.residual[0], 0)
-    from allocator.policy.levels import RoleView
+    from allocator.policy.levels import RoleHoldings
 
-    assert np.allclose(RoleView(state).alloc.sum(axis=0), [5, 5])
+    assert np.allclose(RoleHoldings.of(state).alloc.sum(axis=0), [5, 5])
 
 
 def test_online_rrr_fills_each_agent_before_the_next():

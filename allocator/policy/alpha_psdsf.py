@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from allocator.policy.base import Criterion, max_ratio
-from allocator.state import AllocationState
+from allocator.policy.base import Criterion, Holdings, max_ratio
 
 #: alpha when none is given (one of paper 000's evaluated values: 1, 3, infinity).
 DEFAULT_ALPHA = 3.0
@@ -35,10 +34,10 @@ class AlphaPSDSF(Criterion):
         inverse = 1.0 / self.alpha
         return count**inverse * share ** (1.0 - inverse) / weight
 
-    def column(self, state: AllocationState, agent: int) -> np.ndarray:
+    def column(self, state: Holdings, agent: int) -> np.ndarray:
         share = max_ratio(state.alloc, state.cluster.capacity[agent])
         return self._key(state.count, share, state.cluster.weight)
 
-    def matrix(self, state: AllocationState) -> np.ndarray:
+    def matrix(self, state: Holdings) -> np.ndarray:
         share = max_ratio(state.alloc[:, None, :], state.cluster.capacity[None, :, :])
         return self._key(state.count[:, None], share, state.cluster.weight[:, None])

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from allocator.policy.base import Criterion, max_ratio
-from allocator.state import AllocationState
+from allocator.policy.base import Criterion, Holdings, max_ratio
 
 
 class DRF(Criterion):
     name = "drf"
 
-    def values(self, state: AllocationState) -> np.ndarray:
+    def values(self, state: Holdings) -> np.ndarray:
         return max_ratio(state.alloc, state.cluster.total) / state.cluster.weight

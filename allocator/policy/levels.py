@@ -7,8 +7,8 @@ the same criterion. Framework level is flat per-framework fairness.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -20,22 +20,41 @@ class Level(StrEnum):
     FRAMEWORK = "framework"
 
 
-class RoleView:
-    """Looks like an AllocationState to a criterion, with one holder per role."""
+@dataclass(frozen=True)
+class RoleCluster:
+    """The cluster as a role-level criterion sees it: role weights, the same capacities."""
 
-    def __init__(self, state: AllocationState) -> None:
+    weight: np.ndarray  # (G,) each role's weight
+    total: np.ndarray  # (R,)
+    capacity: np.ndarray  # (A, R)
+
+
+@dataclass(frozen=True)
+class RoleHoldings:
+    """`Holdings` with one holder per role: what its frameworks hold, summed."""
+
+    alloc: np.ndarray  # (G, R)
+    count: np.ndarray  # (G,)
+    residual: np.ndarray  # (A, R), the state's own
+    tol: np.ndarray  # (R,)
+    cluster: RoleCluster
+
+    @classmethod
+    def of(cls, state: AllocationState) -> RoleHoldings:
         cluster = state.cluster
         roles = len(cluster.role_names)
-        self.alloc = np.column_stack(
+        alloc = np.column_stack(
             [
                 np.bincount(cluster.role_of, weights=state.alloc[:, r], minlength=roles)
                 for r in range(state.alloc.shape[1])
             ]
         )
-        self.count = np.bincount(cluster.role_of, weights=state.count, minlength=roles)
-        self.residual = state.residual
-        self.tol = state.tol
-        self.cluster = SimpleNamespace(
-            weight=cluster.role_weight, total=cluster.total, capacity=cluster.capacity
+        return cls(
+            alloc=alloc,
+            count=np.bincount(cluster.role_of, weights=state.count, minlength=roles),
+            residual=state.residual,
+            tol=state.tol,
+            cluster=RoleCluster(
+                weight=cluster.role_weight, total=cluster.total, capacity=cluster.capacity
+            ),
         )
-        self.state = state

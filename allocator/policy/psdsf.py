@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from allocator.policy.base import Criterion, max_ratio
-from allocator.state import AllocationState
+from allocator.policy.base import Criterion, Holdings, max_ratio
 
 
 class PSDSF(Criterion):
     name = "psdsf"
     per_agent = True
 
-    def column(self, state: AllocationState, agent: int) -> np.ndarray:
+    def column(self, state: Holdings, agent: int) -> np.ndarray:
         return max_ratio(state.alloc, state.cluster.capacity[agent]) / state.cluster.weight
 
-    def matrix(self, state: AllocationState) -> np.ndarray:
+    def matrix(self, state: Holdings) -> np.ndarray:
         shares = max_ratio(state.alloc[:, None, :], state.cluster.capacity[None, :, :])
         return shares / state.cluster.weight[:, None]

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from allocator.policy.base import Criterion, max_ratio
-from allocator.state import AllocationState
+from allocator.policy.base import Criterion, Holdings, max_ratio
 
 
 class RPSDSF(Criterion):
     name = "rpsdsf"
     per_agent = True
 
-    def column(self, state: AllocationState, agent: int) -> np.ndarray:
+    def column(self, state: Holdings, agent: int) -> np.ndarray:
         residual = np.where(state.residual[agent] > state.tol, state.residual[agent], 0.0)
         return max_ratio(state.alloc, residual) / state.cluster.weight
 
-    def matrix(self, state: AllocationState) -> np.ndarray:
+    def matrix(self, state: Holdings) -> np.ndarray:
         residual = np.where(state.residual > state.tol, state.residual, 0.0)
         shares = max_ratio(state.alloc[:, None, :], residual[None, :, :])
         return shares / state.cluster.weight[:, None]

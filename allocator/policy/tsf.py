@@ -3,6 +3,10 @@
 y_n = sum over eligible agents of floor(gamma_{n,i}): whole tasks on the eligible cluster if
 n had it to itself. It needs d_n; in oblivious mode the demand observed from the framework's
 granted tasks stands in (a framework with no task yet has x_n = 0 and so criterion 0).
+
+Unlike the share criteria, TSF reads the whole framework-level `AllocationState` (y_n needs
+the demand, `known_demand`), never a `Holdings` view: its role level is computed here
+(`role_column`) from the frameworks' task shares.
 """
 
 from __future__ import annotations
