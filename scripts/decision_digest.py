@@ -25,7 +25,9 @@ SCHEDULERS = ("drf", "psdsf", "rpsdsf", "tsf", "bfdrf")
 MODES = ("characterized", "oblivious")
 EXAMPLES = ("paper002-example", "paper000-example", "paper001-fig1")
 # Keys whose values are measurements of this run, not decisions.
-VOLATILE = {"seconds", "elapsed_s", "wall_s", "cpu_s", "time_s", "duration_s"}
+VOLATILE = {
+    "seconds", "elapsed_s", "wall_s", "cpu_s", "time_s", "duration_s", "sim_s_per_wall_s",
+}
 
 
 def _strip(value: object) -> object:
