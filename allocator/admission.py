@@ -1,6 +1,6 @@
 """Job admission for batch scenarios: which waiting job starts next (fcfs, sjf, wfq).
 
-One clock-free state machine serves the simulator (`allocator.sim.simulator`) and the live
+One clock-free state machine serves the simulator (`allocator.sim.batch_sim`) and the live
 batch runner (`allocator.batch.runner`): the driver tells it the time, asks which jobs to
 start (`admit`), reports finished jobs (`finished`) and asks when to look again
 (`next_change`).

@@ -109,8 +109,8 @@ def _batch_runs(scenario, engine, seeds, compare, options, quiet) -> dict[str, l
     from allocator.admission import Policy
     from allocator.policy import COMPARED_SCHEDULERS
     from allocator.sim.batch import load_batch
+    from allocator.sim.batch_sim import admission_label
     from allocator.sim.bound import makespan_bound
-    from allocator.sim.simulator import _admission_label
     from allocator.state import Mode
 
     batch = load_batch(scenario)
@@ -119,7 +119,7 @@ def _batch_runs(scenario, engine, seeds, compare, options, quiet) -> dict[str, l
     if compare:
         configs = [(engine.replace(scheduler=s, mode=m), admission)
                    for s in COMPARED_SCHEDULERS for m in Mode]  # fmt: skip
-        already = admission or _admission_label(batch)  # its row is there already
+        already = admission or admission_label(batch)  # its row is there already
         configs += [(engine, str(p)) for p in Policy if str(p) != already]
     runs: dict[str, list] = {}
     for config, policy in configs:
@@ -140,7 +140,7 @@ def _simulate(batch, config, admission: str | None, quiet: bool):
     from tqdm import tqdm
 
     from allocator.admission import AdmissionConfig
-    from allocator.sim.simulator import BatchSimulator
+    from allocator.sim.batch_sim import BatchSimulator
 
     pool = AdmissionConfig(admission) if admission else None
     simulator = BatchSimulator(batch, config, admission=pool)

@@ -37,7 +37,7 @@ import yaml
 from allocator.admission import AdmissionConfig, Policy
 from allocator.engine_config import EngineConfig
 from allocator.sim.batch import parse_batch
-from allocator.sim.simulator import BatchSimulator
+from allocator.sim.batch_sim import BatchSimulator
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

@@ -67,7 +67,7 @@ BATCH_MODES = ("characterized", "oblivious")
 
 def bench_batch(path: Path) -> dict[str, Any]:
     from allocator.sim.batch import load_batch
-    from allocator.sim.simulator import BatchSimulator
+    from allocator.sim.batch_sim import BatchSimulator
 
     batch = load_batch(path)
     started, cpu = time.perf_counter(), time.process_time()

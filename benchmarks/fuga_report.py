@@ -29,7 +29,7 @@ from allocator.policy import scheduler
 from allocator.policy.base import max_ratio
 from allocator.policy.fuga import Fuga, FugaParams
 from allocator.sim.batch import load_batch
-from allocator.sim.simulator import BatchSimulator
+from allocator.sim.batch_sim import BatchSimulator
 from allocator.sim.trace_sim import run_trace
 from allocator.state import AllocationState
 from allocator.workloads import google_like_cluster

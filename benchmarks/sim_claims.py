@@ -23,8 +23,8 @@ import yaml
 from allocator.engine_config import EngineConfig
 from allocator.policy import PAPER_SCHEDULERS as SCHEDULERS
 from allocator.sim.batch import parse_batch
+from allocator.sim.batch_sim import BatchSimulator
 from allocator.sim.bound import makespan_bound
-from allocator.sim.simulator import BatchSimulator
 from allocator.sim.stats import COMPARABLE, Paired, comparable, estimate, higher, paired, sooner
 
 HERE = Path(__file__).resolve().parent

@@ -29,7 +29,7 @@ from allocator.batch import run_live_batch
 from allocator.engine_config import EngineConfig
 from allocator.errors import ScenarioError
 from allocator.sim.batch import parse_batch
-from allocator.sim.simulator import BatchSimulator
+from allocator.sim.batch_sim import BatchSimulator
 
 
 @pytest.mark.parametrize(

@@ -33,8 +33,8 @@ from allocator.engine_config import EngineConfig
 from allocator.metrics import SPECS, BrokerMetrics, engine_reading
 from allocator.metrics_defs import jain, task_shares
 from allocator.sim.batch import BatchSpec, parse_batch
+from allocator.sim.batch_sim import BatchSimulator
 from allocator.sim.series import write_series_csv
-from allocator.sim.simulator import BatchSimulator
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20

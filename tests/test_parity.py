@@ -12,7 +12,7 @@ from allocator.broker.core import Broker
 from allocator.engine import Engine
 from allocator.engine_config import EngineConfig
 from allocator.sim.batch import parse_batch
-from allocator.sim.simulator import BatchSimulator
+from allocator.sim.batch_sim import BatchSimulator
 
 
 def test_role_weight_shares_an_agent_two_to_one():

@@ -11,8 +11,8 @@ from support.commands import run_fairbroker
 
 from allocator.engine_config import EngineConfig
 from allocator.sim.batch import load_batch, parse_batch
+from allocator.sim.batch_sim import BatchSimulator
 from allocator.sim.bound import makespan_bound
-from allocator.sim.simulator import BatchSimulator
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "benchmarks" / "scenarios"
 

@@ -11,9 +11,9 @@ from support.commands import run_fairbroker
 
 from allocator.engine_config import EngineConfig
 from allocator.sim.batch import parse_batch
+from allocator.sim.batch_sim import BatchSimulator
 from allocator.sim.bound import makespan_bound
 from allocator.sim.jobs import JobModel
-from allocator.sim.simulator import BatchSimulator
 from allocator.sim.workload import JitterSpec, JobDraws
 
 

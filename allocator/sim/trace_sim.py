@@ -19,7 +19,7 @@ import math
 import time as wallclock
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,9 @@ import numpy as np
 from allocator.engine import Engine
 from allocator.engine_config import EngineConfig
 from allocator.errors import ScenarioError
-from allocator.sim.series import jain
-from allocator.sim.trace import SIZE_CLASSES, TraceWorkload, load_trace, parse_trace
+from allocator.sim.trace import TraceWorkload, load_trace, parse_trace
+from allocator.sim.trace_result import TraceResult
+from allocator.sim.trace_series import TraceSeries
 from allocator.state import Mode
 
 #: The slot scheduler's default: slots per maximum server (paper 001 Table II: 14 is best).
@@ -40,108 +41,6 @@ SLOTS = "slots"
 MAX_SIMULATED_S = 366 * 86400.0
 
 _TICK, _ARRIVAL, _FINISH, _AGENT, _LEAVE = range(5)
-
-
-def _round(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(value, digits)
-
-
-class TraceSeries:
-    """Allocated fraction per resource, dominant shares and Jain's index, kept incrementally.
-
-    The driver adds and subtracts what users hold (`held`, `used`) and their unfinished task
-    counts as events happen. `advance(t)` integrates the allocated fraction exactly (values
-    are piecewise constant between events). Dominant shares and Jain's index over the busy
-    users (those with unfinished tasks) are evaluated at each allocation tick (`tick()`) and
-    held until the next, so their cost is O(users) per tick, not per event. Averages are over
-    the time some user has unfinished tasks.
-    """
-
-    def __init__(
-        self, resources: tuple[str, ...], n_users: int, sample_s: float, track_users: bool
-    ) -> None:
-        n_resources = len(resources)
-        self.resources = tuple(resources)
-        self.total = np.zeros(n_resources)
-        self.used = np.zeros(n_resources)
-        self.held = np.zeros((n_users, n_resources))
-        self.unfinished = np.zeros(n_users, dtype=np.int64)  # submitted, not completed
-        self.running = np.zeros(n_users, dtype=np.int64)
-        self.busy_tasks = 0  # unfinished tasks over all users
-        self.sample_s = sample_s
-        self.track_users = track_users
-        self.times: list[float] = []
-        self.allocated: list[np.ndarray] = []
-        self.fairness: list[float] = []
-        self.shares: list[np.ndarray] = []
-        self._next_sample = 0.0
-        self._last = 0.0
-        self._inverse = np.zeros(n_resources)
-        self._share = np.zeros(n_users)
-        self._fair = 1.0
-        self._fair_waiting = 1.0
-        self._waiting_users = 0
-        self._stale = True  # holdings changed since the last tick
-        self.integral = np.zeros(n_resources)  # of used / total
-        self.fair_integral = 0.0
-        self.busy_span = 0.0
-        self.waiting_integral = 0.0
-        self.waiting_span = 0.0
-
-    def add_capacity(self, capacity: np.ndarray) -> None:
-        self.total += capacity
-        with np.errstate(divide="ignore"):
-            self._inverse = np.where(self.total > 0, 1.0 / self.total, 0.0)
-        self._stale = True
-
-    def changed(self) -> None:
-        self._stale = True
-
-    def tick(self) -> None:
-        """Re-evaluate dominant shares and fairness (at an allocation tick)."""
-        if not self._stale:
-            return
-        self._share = (self.held * self._inverse).max(axis=1) if self.held.size else self._share
-        busy = self.unfinished > 0
-        self._fair = jain(self._share[busy]) if self.busy_tasks > 0 else 1.0
-        waiting = self.unfinished > self.running
-        self._waiting_users = int(waiting.sum())
-        self._fair_waiting = jain(self._share[waiting]) if self._waiting_users > 1 else 1.0
-        self._stale = False
-
-    def advance(self, now: float) -> None:
-        elapsed = now - self._last
-        if elapsed <= 0:
-            return
-        if self.busy_tasks > 0:
-            self.integral += (elapsed * self._inverse) * self.used
-            self.fair_integral += elapsed * self._fair
-            self.busy_span += elapsed
-            if self._waiting_users > 1:
-                self.waiting_integral += elapsed * self._fair_waiting
-                self.waiting_span += elapsed
-        if self._next_sample < now:
-            fraction = self.used * self._inverse
-            while self._next_sample < now:
-                self.times.append(self._next_sample)
-                self.allocated.append(fraction)
-                self.fairness.append(self._fair)
-                if self.track_users:
-                    self.shares.append(self._share)
-                self._next_sample += self.sample_s
-        self._last = now
-
-    def time_average(self) -> np.ndarray:
-        return self.integral / self.busy_span if self.busy_span > 0 else np.zeros_like(self.used)
-
-    def mean_fairness(self) -> float:
-        return self.fair_integral / self.busy_span if self.busy_span > 0 else 1.0
-
-    def mean_fairness_waiting(self) -> float | None:
-        """Jain's index among users that have tasks waiting (at least two of them), averaged
-        over the time there are such users: equal dominant shares among the users the
-        scheduler holds back, whatever the others (with small demands) hold."""
-        return self.waiting_integral / self.waiting_span if self.waiting_span > 0 else None
 
 
 class _Durations:
@@ -185,156 +84,6 @@ class _Durations:
             if done:
                 self.chunks.popleft()
         return out
-
-
-@dataclass
-class TraceResult:
-    scenario: str
-    scheduler: str
-    selection: str
-    mode: str
-    level: str
-    trigger: str
-    seed: int
-    resources: tuple[str, ...]
-    users: list[str]
-    agents: int
-    end_s: float
-    makespan_s: float | None
-    jct: np.ndarray  # completion times of finished, non-warm jobs
-    jct_tasks: np.ndarray  # their task counts
-    jobs_submitted: int
-    tasks_submitted: int
-    tasks_completed: int
-    tasks_dropped: int
-    user_submitted: np.ndarray
-    user_completed: np.ndarray
-    grants: int
-    allocation_runs: int
-    series: TraceSeries
-    wall_s: float
-    slots_per_server: int | None = None
-    slot_occupancy: float | None = None
-    notes: list[str] = field(default_factory=list)
-
-    def users_complete(self) -> int:
-        """Users that submitted tasks and saw every one of them complete."""
-        submitted = self.user_submitted > 0
-        return int((submitted & (self.user_completed >= self.user_submitted)).sum())
-
-    def allocated(self) -> dict[str, float]:
-        return dict(zip(self.resources, map(float, self.series.time_average()), strict=True))
-
-    def to_json(self, series: bool | None = None) -> dict[str, object]:
-        """Summary; `series` adds sampled time series (default: when there are <= 20 users)."""
-        jct = self.jct
-
-        def stats(values: np.ndarray) -> dict[str, float | int | None]:
-            if len(values) == 0:
-                return {"jobs": 0, "mean": None, "p50": None, "p95": None}
-            return {
-                "jobs": len(values),
-                "mean": round(float(values.mean()), 3),
-                "p50": round(float(np.percentile(values, 50)), 3),
-                "p95": round(float(np.percentile(values, 95)), 3),
-            }
-
-        by_size = {
-            label: stats(jct[(self.jct_tasks >= low) & (self.jct_tasks <= high)])
-            for label, low, high in SIZE_CLASSES
-        }
-        submitted = self.user_submitted > 0
-        ratio = self.user_completed[submitted] / self.user_submitted[submitted]
-        out: dict[str, object] = {
-            "scenario": self.scenario,
-            "scheduler": self.scheduler,
-            "selection": self.selection,
-            "mode": self.mode,
-            "level": self.level,
-            "trigger": self.trigger,
-            "seed": self.seed,
-            "agents": self.agents,
-            "users": int(submitted.sum()),
-            "end_s": round(self.end_s, 3),
-            "makespan_s": None if self.makespan_s is None else round(self.makespan_s, 3),
-            "jobs": {"submitted": self.jobs_submitted, "completed": len(jct)},
-            "tasks": {
-                "submitted": self.tasks_submitted,
-                "completed": self.tasks_completed,
-                "dropped_on_leave": self.tasks_dropped,
-            },
-            "jct_s": stats(jct),
-            "jct_by_size_s": by_size,
-            "allocated": {r: round(v, 4) for r, v in self.allocated().items()},
-            "fairness": round(self.series.mean_fairness(), 4),
-            "fairness_waiting": _round(self.series.mean_fairness_waiting(), 4),
-            "users_complete": self.users_complete(),
-            "task_completion_ratio": {
-                "mean": round(float(ratio.mean()), 4) if len(ratio) else None,
-                "min": round(float(ratio.min()), 4) if len(ratio) else None,
-            },
-            "grants": self.grants,
-            "allocation_runs": self.allocation_runs,
-            "wall_s": round(self.wall_s, 3),
-            "sim_s_per_wall_s": round(self.end_s / self.wall_s, 1) if self.wall_s > 0 else None,
-        }
-        if self.slots_per_server is not None:
-            out["slots_per_server"] = self.slots_per_server
-            out["slot_occupancy"] = round(self.slot_occupancy or 0.0, 4)
-        if self.notes:
-            out["notes"] = self.notes
-        if series if series is not None else len(self.users) <= 20:
-            out["series"] = self.series_json()
-        return out
-
-    def series_json(self) -> dict[str, object]:
-        s = self.series
-        allocated = np.array(s.allocated).reshape(len(s.times), -1)
-        out: dict[str, object] = {
-            "t": [round(t, 3) for t in s.times],
-            "allocated": {
-                r: np.round(allocated[:, k], 4).tolist() for k, r in enumerate(self.resources)
-            },
-            "fairness": np.round(np.array(s.fairness), 4).tolist(),
-        }
-        if s.track_users and s.shares:
-            shares = np.array(s.shares)
-            out["dominant_share"] = {
-                u: np.round(shares[:, k], 4).tolist() for k, u in enumerate(self.users)
-            }
-        return out
-
-    def summary(self) -> str:
-        """A few lines for the command line."""
-        out = self.to_json(series=False)
-        alloc = ", ".join(f"{r} {100 * v:.1f}%" for r, v in self.allocated().items())
-        jct = out["jct_s"]
-        assert isinstance(jct, dict)
-        label = self.scheduler if self.scheduler != "drf" else f"drf/{self.selection}"
-        if self.slots_per_server is not None:
-            label += (
-                f" (k={self.slots_per_server}, slots {100 * (self.slot_occupancy or 0):.0f}% full)"
-            )
-        makespan = "-" if self.makespan_s is None else f"{self.makespan_s:,.0f} s"
-        mean = "-" if jct["mean"] is None else f"{jct['mean']:,.0f} s"
-        p95 = "-" if jct["p95"] is None else f"{jct['p95']:,.0f} s"
-        return (
-            f"{self.scenario}: {label}, {self.agents} agents, {out['users']} users, "
-            f"{self.end_s:,.0f} s simulated in {self.wall_s:.1f} s\n"
-            f"  allocated {alloc}; fairness {self.series.mean_fairness():.2f}\n"
-            f"  tasks {self.tasks_completed}/{self.tasks_submitted} done; jobs "
-            f"{len(self.jct)} done, JCT mean {mean}, p95 {p95}; makespan {makespan}\n"
-            f"  users with every task done: {self.users_complete()}/{out['users']}; "
-            f"{self.grants} grants in {self.allocation_runs} allocation runs"
-        )
-
-    def share_at(self, user: str, start: float, end: float) -> float:
-        """Mean sampled dominant share of `user` over [start, end) (needs user tracking)."""
-        times = np.array(self.series.times)
-        k = self.users.index(user)
-        shares = np.array(self.series.shares)[:, k]
-        window = (times >= start) & (times < end)
-        return float(shares[window].mean())
 
 
 class TraceSimulator:

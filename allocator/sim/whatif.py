@@ -18,7 +18,7 @@ import numpy as np
 
 from allocator.engine_config import EngineConfig
 from allocator.sim.batch import BatchSpec
-from allocator.sim.simulator import BatchSimulator, SimResult
+from allocator.sim.batch_sim import BatchSimulator, SimResult
 from allocator.sim.stats import Estimate, Paired, estimate, paired
 
 BASELINE = "drf"  # the criterion of Mesos's default (hierarchical DRF) allocator

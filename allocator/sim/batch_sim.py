@@ -120,7 +120,7 @@ class BatchSimulator:
         self.pools = build_pools(batch, admission)
         self._pool_of = {g: pool for pool in self.pools for g in pool.groups}
         self.admission = (
-            str(admission.policy) if admission is not None else _admission_label(batch)
+            str(admission.policy) if admission is not None else admission_label(batch)
         )
         self.series = AllocationSeries(self.engine)
 
@@ -318,7 +318,7 @@ class BatchSimulator:
         return waiting
 
 
-def _admission_label(batch: BatchSpec) -> str:
+def admission_label(batch: BatchSpec) -> str:
     if batch.admission is not None:
         return batch.admission.policy
     policies = sorted({g.admission.policy for g in batch.groups if g.admission is not None})
