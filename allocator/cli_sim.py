@@ -160,8 +160,9 @@ def _simulate(batch, config, admission: str | None, quiet: bool):
 # ---- traces ------------------------------------------------------------------------------
 def _trace_runs(scenario, engine, seeds, compare, options, quiet) -> dict[str, list]:
     from allocator.policy import COMPARED_SCHEDULERS
+    from allocator.policy.slots import DEFAULT_SLOTS_PER_SERVER
     from allocator.sim.trace import load_trace
-    from allocator.sim.trace_sim import DEFAULT_SLOTS_PER_SERVER, run_trace
+    from allocator.sim.trace_sim import run_trace
     from allocator.state import Mode
 
     workload = load_trace(scenario)

@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 from support.instances import make_cluster
 
+from allocator.errors import ScenarioError
 from allocator.policy.bestfit import fit_distance
 from allocator.policy.drf import DRF
 from allocator.policy.psdsf import PSDSF
 from allocator.policy.rpsdsf import RPSDSF
+from allocator.policy.slots import with_slots
 from allocator.policy.tsf import TSF
 from allocator.state import AllocationState, Mode
 from allocator.trials import run_trials
@@ -97,3 +99,18 @@ def test_drfh_example_of_paper_001():
         assert np.array_equal(waste.tasks_mean, [[10, 0], [0, 10]]), name
         random = run_trials(cluster, name, trials=200, seed=1, with_optimum=False)
         assert random.totals.mean() < 20, name
+
+
+def test_slot_baseline_cuts_each_server_by_its_smaller_fraction_of_the_largest():
+    capacity = np.array([[16.0, 64.0], [8.0, 16.0], [1.0, 64.0]])
+    demand = np.array([[2.0, 1.0], [0.5, 8.0]])
+    resources, cap, dem = with_slots(
+        ("cpus", "mem"), capacity, demand, np.array([16.0, 64.0]), 14
+    )
+    assert resources == ("cpus", "mem", "slots")
+    # 14 x min(16/16, 64/64) = 14; 14 x min(8/16, 16/64) = 3.5 -> 3; 14 x 1/16 -> 0.
+    assert cap[:, 2].tolist() == [14, 3, 0]
+    assert np.array_equal(cap[:, :2], capacity)
+    assert dem[:, 2].tolist() == [1, 1] and np.array_equal(dem[:, :2], demand)
+    with pytest.raises(ScenarioError, match="at least 1"):
+        with_slots(("cpus", "mem"), capacity, demand, np.array([16.0, 64.0]), 0)

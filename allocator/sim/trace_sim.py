@@ -28,14 +28,11 @@ import numpy as np
 from allocator.engine import Engine
 from allocator.engine_config import EngineConfig
 from allocator.errors import ScenarioError
+from allocator.policy.slots import DEFAULT_SLOTS_PER_SERVER, SLOTS, Slots, with_slots
 from allocator.sim.trace import TraceWorkload, load_trace, parse_trace
 from allocator.sim.trace_result import TraceResult
 from allocator.sim.trace_series import TraceSeries
 from allocator.state import Mode
-
-#: The slot scheduler's default: slots per maximum server (paper 001 Table II: 14 is best).
-DEFAULT_SLOTS_PER_SERVER = 14
-SLOTS = "slots"
 
 #: A run without a horizon stops with an error if tasks are still waiting after this long.
 MAX_SIMULATED_S = 366 * 86400.0
@@ -100,7 +97,7 @@ class TraceSimulator:
         self.config = config.with_default_role_weights({u.name: u.weight for u in w.users})
         self.seed = config.seed
         self.interval = config.interval
-        self.slots = config.scheduler == SLOTS
+        self.slots = config.scheduler == Slots.name
         if SLOTS in w.resources:
             raise ScenarioError("resources: 'slots' is reserved for the slot scheduler")
         real = len(w.resources)
@@ -109,15 +106,9 @@ class TraceSimulator:
         resources = w.resources
         self.slots_per_server = slots_per_server if self.slots else None
         if self.slots:
-            if slots_per_server < 1:
-                raise ScenarioError("slots_per_server: must be at least 1")
-            # A server with fraction f of the largest server (the smaller of its CPU and
-            # memory fractions) has floor(k f) slots; a task takes one slot.
-            fraction = (capacity / w.largest).min(axis=1)
-            slots = np.floor(slots_per_server * fraction + 1e-9)
-            capacity = np.column_stack([capacity, slots])
-            demand = np.column_stack([demand, np.ones(len(demand))])
-            resources = (*resources, SLOTS)
+            resources, capacity, demand = with_slots(
+                resources, capacity, demand, w.largest, slots_per_server
+            )
         self.capacity = capacity
         self.engine = Engine(resources, self.config)
         self.characterized = self.engine.mode is Mode.CHARACTERIZED
