@@ -483,8 +483,10 @@ class Engine:
         """One allocation run: progressive filling on the current snapshot.
 
         Skipped when nothing changed since a run after which nothing fitted (the answer
-        would be the same), unless a refuse filter has expired since. A run stopped at
-        `max_grants` asks for the next one at once (`run_now`).
+        would be the same), unless a refuse filter has expired since, and when no framework
+        wants more tasks. This is the one place that rule lives: drivers call at every tick
+        and whenever `run_now` asks, and `runs` counts the runs that were not skipped. A run
+        stopped at `max_grants` asks for the next one at once (`run_now`).
         """
         self.run_now = False
         if now >= self._next_filter_expiry:

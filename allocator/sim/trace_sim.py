@@ -32,7 +32,6 @@ from allocator.policy.slots import DEFAULT_SLOTS_PER_SERVER, SLOTS, Slots, with_
 from allocator.sim.trace import TraceWorkload, load_trace, parse_trace
 from allocator.sim.trace_result import TraceResult
 from allocator.sim.trace_series import TraceSeries
-from allocator.state import Mode
 
 #: A run without a horizon stops with an error if tasks are still waiting after this long.
 MAX_SIMULATED_S = 366 * 86400.0
@@ -111,7 +110,6 @@ class TraceSimulator:
             )
         self.capacity = capacity
         self.engine = Engine(resources, self.config)
-        self.characterized = self.engine.mode is Mode.CHARACTERIZED
         self.now = 0.0
         self.audit = audit
         # Per task group (engine framework).
@@ -149,10 +147,8 @@ class TraceSimulator:
             track_users = len(w.users) <= 50
         self.series = TraceSeries(tuple(w.resources), len(w.users), w.sample_s, track_users)
         self.pending = 0  # tasks submitted and not placed, over all groups
-        self.dirty = True  # something changed since the last allocation run
         self.tasks_completed = 0
         self.tasks_dropped = 0
-        self.allocation_runs = 0
         self.last_completion = 0.0
         self.slot_busy = 0.0  # slots taken (slot scheduler)
         self.slot_integral = 0.0
@@ -168,7 +164,6 @@ class TraceSimulator:
         amounts = dict(zip(self.engine.resources, map(float, self.capacity[i]), strict=True))
         self.engine.add_agent(w.agent_names[i], amounts)
         self.series.add_capacity(self.capacity[i, : len(w.resources)])
-        self.dirty = True
 
     def _arrive(self, k: int) -> None:
         arrival = self.workload.arrivals[k]
@@ -201,7 +196,6 @@ class TraceSimulator:
                 target=self.unfinished[g],
             )
             self.registered[g] = True
-        self.dirty = True
 
     def _finish(self, g: int, agent: int) -> None:
         if self.gone[g]:
@@ -237,7 +231,6 @@ class TraceSimulator:
             series.held[u] = 0.0  # no float drift once a user holds nothing
         if self.job_unfinished[j] == 0 and self.job_left[j] == 0:
             self.job_finished[j] = self.now
-        self.dirty = True
 
     def _leave(self, u: int) -> None:
         """The user leaves: its frameworks unregister and their tasks are freed."""
@@ -264,7 +257,6 @@ class TraceSimulator:
         series.running[u] = 0
         series.held[u] = 0.0
         series.changed()
-        self.dirty = True
 
     def _next_tick(self, now: float) -> float:
         """The next tick; with nothing waiting, the first tick after the next event (idle
@@ -277,8 +269,6 @@ class TraceSimulator:
 
     def _allocate(self) -> None:
         grants = self.engine.allocate(self.now)
-        self.allocation_runs += 1
-        self.dirty = False
         if not grants:
             return
         heap = self._events
@@ -353,11 +343,7 @@ class TraceSimulator:
                 else:
                     self._leave(a)
             if ticked or engine.run_now:
-                # A characterized run after one that changed nothing would grant nothing.
-                if self.pending > 0 and (self.dirty or not self.characterized):
-                    self._allocate()
-                else:
-                    engine.run_now = False
+                self._allocate()  # the engine skips a run that could grant nothing
             if ticked:
                 series.tick()
                 if not heap and self.pending == 0 and horizon == math.inf:
@@ -409,7 +395,7 @@ class TraceSimulator:
             user_submitted=self.user_submitted.copy(),
             user_completed=self.user_completed.copy(),
             grants=self.engine.grants_total,
-            allocation_runs=self.allocation_runs,
+            allocation_runs=self.engine.runs,
             series=self.series,
             wall_s=wall,
             slots_per_server=self.slots_per_server,
