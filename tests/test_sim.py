@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from support.commands import run_fairbroker
@@ -13,6 +14,7 @@ from allocator.engine_config import EngineConfig
 from allocator.sim.batch import load_batch, parse_batch
 from allocator.sim.batch_sim import BatchSimulator
 from allocator.sim.bound import makespan_bound
+from allocator.sim.series import TimeSeries
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "benchmarks" / "scenarios"
 
@@ -168,3 +170,21 @@ def test_sim_writes_the_series_csv_a_live_batch_writes(tmp_path: Path) -> None:
     assert all(0 <= v <= 1 for row in values for v in row[1:])
     assert values[-1][0] == pytest.approx(result["makespan_s"], abs=1.0)
     assert max(row[1] for row in values) > 0.3  # executors were granted and show up
+
+
+def test_time_series_averages_over_busy_time_and_samples_on_its_grid():
+    series = TimeSeries(("cpus", "mem"), sample_s=10.0)
+    series.hold(np.array([0.5, 0.25]), 0.8, busy=True)
+    series.advance(25.0)  # busy 0-25 at (0.5, 0.25), fairness 0.8
+    series.hold(np.array([1.0, 1.0]), 0.2, busy=False)
+    series.advance(40.0)  # idle 25-40: sampled, not averaged
+    series.hold(np.array([0.0, 1.0]), 1.0, busy=True)
+    series.advance(45.0)  # busy 40-45 at (0, 1), fairness 1
+    assert series.times == [0.0, 10.0, 20.0, 30.0, 40.0]
+    # A sample shows the values held at its time (from 40 on: the last ones).
+    assert [a.tolist() for a in series.allocated] == [[0.5, 0.25]] * 3 + [[1, 1], [0, 1]]
+    assert series.fairness == [0.8, 0.8, 0.8, 0.2, 1.0]
+    average = series.time_average()
+    assert average["cpus"] == pytest.approx((25 * 0.5 + 5 * 0.0) / 30)
+    assert average["mem"] == pytest.approx((25 * 0.25 + 5 * 1.0) / 30)
+    assert series.mean_fairness() == pytest.approx((25 * 0.8 + 5 * 1.0) / 30)

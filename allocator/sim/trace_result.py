@@ -51,7 +51,7 @@ class TraceResult:
         return int((submitted & (self.user_completed >= self.user_submitted)).sum())
 
     def allocated(self) -> dict[str, float]:
-        return dict(zip(self.resources, map(float, self.series.time_average()), strict=True))
+        return self.series.time_average()
 
     def to_json(self, series: bool | None = None) -> dict[str, object]:
         """Summary; `series` adds sampled time series (default: when there are <= 20 users)."""
