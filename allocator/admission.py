@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from allocator.errors import ScenarioError
 
 if TYPE_CHECKING:
-    from allocator.sim.batch import BatchSpec
+    from allocator.scenarios.batch import BatchSpec
 
 
 class Policy(StrEnum):

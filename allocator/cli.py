@@ -68,7 +68,7 @@ def fill(
     """Progressive filling of SCENARIO until no task fits anywhere, repeated TRIALS times
     (a static instance: no clock, no groups)."""
     from allocator.fill_report import render_fill
-    from allocator.scenario import load_scenario
+    from allocator.scenarios.static import load_scenario
     from allocator.trials import run_trials
 
     check_stdout()

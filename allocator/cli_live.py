@@ -337,11 +337,11 @@ def batch(
     from google.protobuf import json_format
 
     from allocator.admission import AdmissionConfig, Policy
-    from allocator.backends.cluster_file import agent_infos
     from allocator.batch import run_live_batch
     from allocator.broker.server import BrokerOptions, BrokerService
     from allocator.outputs import check_stdout, prepare_output_dir
-    from allocator.sim.batch import load_batch
+    from allocator.scenarios.batch import load_batch
+    from allocator.scenarios.cluster_file import agent_infos
     from allocator.sim.series import write_series_csv
 
     check_stdout()

@@ -54,7 +54,7 @@ TRACE_ONLY = ("horizon", "slots_per_server")
 @click.pass_context
 def sim(ctx: click.Context, scenario: str, engine, seeds: int, compare: bool, **options) -> None:
     """Simulate a job batch or a trace (SCENARIO) in virtual time through the online engine."""
-    from allocator.sim.trace import scenario_kind
+    from allocator.scenarios.kind import scenario_kind
 
     check_stdout()
     if options["plot"]:
@@ -108,7 +108,7 @@ def _refuse_other_kind(ctx: click.Context, names: tuple[str, ...], kind: str) ->
 def _batch_runs(scenario, engine, seeds, compare, options, quiet) -> dict[str, list]:
     from allocator.admission import Policy
     from allocator.policy import COMPARED_SCHEDULERS
-    from allocator.sim.batch import load_batch
+    from allocator.scenarios.batch import load_batch
     from allocator.sim.batch_sim import admission_label
     from allocator.sim.bound import makespan_bound
     from allocator.state import Mode
@@ -161,7 +161,7 @@ def _simulate(batch, config, admission: str | None, quiet: bool):
 def _trace_runs(scenario, engine, seeds, compare, options, quiet) -> dict[str, list]:
     from allocator.policy import COMPARED_SCHEDULERS
     from allocator.policy.slots import DEFAULT_SLOTS_PER_SERVER
-    from allocator.sim.trace import load_trace
+    from allocator.scenarios.trace import load_trace
     from allocator.sim.trace_sim import run_trace
     from allocator.state import Mode
 

@@ -141,7 +141,7 @@ def solve(
     """The exact divisible allocation of SCENARIO under an exact fair policy."""
     from allocator.errors import ScenarioError
     from allocator.exact.registry import DEFAULT_ALPHA
-    from allocator.scenario import load_scenario
+    from allocator.scenarios.static import load_scenario
 
     if alpha is not None and policy.lower() != "alpha-psdsf":
         raise ScenarioError(f"alpha: only alpha-psdsf takes --alpha, not {policy.lower()}")

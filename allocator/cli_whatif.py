@@ -56,7 +56,7 @@ def whatif(
 ) -> None:
     """Compare every scheduler x mode on a batch SCENARIO over paired seeds."""
     from allocator.policy import COMPARED_SCHEDULERS
-    from allocator.sim.batch import load_batch
+    from allocator.scenarios.batch import load_batch
     from allocator.sim.whatif import run_whatif
     from allocator.state import Mode
 

@@ -32,7 +32,7 @@ from allocator.mesos_defaults import ALLOCATION_INTERVAL_SECONDS, REFUSE_SECONDS
 from allocator.policy import SCHEDULERS, Selection, Ties
 from allocator.policy.levels import Level
 from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
-from allocator.scenario import read_yaml
+from allocator.scenarios.files import read_yaml
 from allocator.state import Mode
 
 ENV_PREFIX = "FAIRBROKER_"

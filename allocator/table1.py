@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from allocator.model import Cluster
 from allocator.policy import Selection
-from allocator.scenario import parse_scenario
+from allocator.scenarios.static import load_scenario
 from allocator.trials import FillSummary, run_trials
 
 
 def paper_example() -> Cluster:
     """d1 = (5,1), d2 = (1,5); c1 = (100,30), c2 = (30,100) (paper 002 eqs. 11-12)."""
-    text = files("allocator").joinpath("data/paper002-example.yaml").read_text()
-    return parse_scenario(yaml.safe_load(text))
+    return load_scenario(Path(__file__).parent / "data" / "paper002-example.yaml")
 
 
 @dataclass(frozen=True)

@@ -32,11 +32,11 @@ from pathlib import Path
 
 import click
 import numpy as np
-import yaml
 
 from allocator.admission import AdmissionConfig, Policy
 from allocator.engine_config import EngineConfig
-from allocator.sim.batch import parse_batch
+from allocator.scenarios.batch import parse_batch
+from allocator.scenarios.files import read_yaml
 from allocator.sim.batch_sim import BatchSimulator
 
 HERE = Path(__file__).resolve().parent
@@ -96,7 +96,7 @@ def test_case(ranges: dict, jobs: int, seed: int, turns: int) -> dict:
 
 
 def paper_batch(seed: int) -> dict:
-    data = yaml.safe_load((HERE / "scenarios" / "paper-batch.yaml").read_text())
+    data = read_yaml(HERE / "scenarios" / "paper-batch.yaml")
     rng = np.random.default_rng(seed)
     for group in data["groups"]:
         n = group["queues"] * group["jobs_per_queue"]

@@ -21,7 +21,7 @@ import numpy as np
 from allocator.exact import solve
 from allocator.exact.common import dominant_share_per_task
 from allocator.model import Cluster
-from allocator.scenario import load_scenario
+from allocator.scenarios.static import load_scenario
 from allocator.workloads import google_like_cluster
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from allocator.engine_config import EngineConfig
 
@@ -66,7 +65,7 @@ BATCH_MODES = ("characterized", "oblivious")
 
 
 def bench_batch(path: Path) -> dict[str, Any]:
-    from allocator.sim.batch import load_batch
+    from allocator.scenarios.batch import load_batch
     from allocator.sim.batch_sim import BatchSimulator
 
     batch = load_batch(path)
@@ -130,7 +129,7 @@ def _trace_row(result, load_s: float, cpu_s: float | None = None) -> dict[str, A
 
 
 def bench_trace(path: Path, schedulers: list[str], hours: float | None) -> list[dict[str, Any]]:
-    from allocator.sim.trace import load_trace
+    from allocator.scenarios.trace import load_trace
     from allocator.sim.trace_sim import run_trace
 
     rows = []
@@ -150,10 +149,11 @@ def bench_trace(path: Path, schedulers: list[str], hours: float | None) -> list[
 
 def bench_table2(agents: int, slots: list[int], schedulers: list[str]) -> list[dict[str, Any]]:
     """Paper 001 Table II on a smaller Google-like instance (same 24 h workload shape)."""
-    from allocator.sim.trace import parse_trace
+    from allocator.scenarios.files import read_yaml
+    from allocator.scenarios.trace import parse_trace
     from allocator.sim.trace_sim import run_trace
 
-    data = yaml.safe_load((SCENARIOS / "google-24h.yaml").read_text())
+    data = read_yaml(SCENARIOS / "google-24h.yaml")
     data["cluster"]["google"]["agents"] = agents
     data["name"] = f"google-24h-{agents}"
     workload = parse_trace(data)
@@ -169,7 +169,7 @@ def bench_table2(agents: int, slots: list[int], schedulers: list[str]) -> list[d
 
 
 def profile_trace(path: Path, spec: str, hours: float, top: int = 20) -> dict[str, Any]:
-    from allocator.sim.trace import load_trace
+    from allocator.scenarios.trace import load_trace
     from allocator.sim.trace_sim import run_trace
 
     name, selection = _scheduler(spec)

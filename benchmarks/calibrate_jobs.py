@@ -22,11 +22,11 @@ import threading
 import time
 from pathlib import Path
 
-from allocator.backends.cluster_file import agent_infos
 from allocator.batch.apps import prepare_apps
 from allocator.broker.server import BrokerOptions, BrokerService
 from allocator.engine_config import EngineConfig
-from allocator.sim.batch import load_batch
+from allocator.scenarios.batch import load_batch
+from allocator.scenarios.cluster_file import agent_infos
 from spark_shim.submit import spark_submit_command
 
 SCENARIO = Path(__file__).parent / "scenarios" / "spark-small.yaml"

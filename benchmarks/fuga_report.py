@@ -28,7 +28,7 @@ from allocator.filling import progressive_fill
 from allocator.policy import scheduler
 from allocator.policy.base import max_ratio
 from allocator.policy.fuga import Fuga, FugaParams
-from allocator.sim.batch import load_batch
+from allocator.scenarios.batch import load_batch
 from allocator.sim.batch_sim import BatchSimulator
 from allocator.sim.trace_sim import run_trace
 from allocator.state import AllocationState

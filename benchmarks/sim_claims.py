@@ -18,11 +18,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import click
-import yaml
 
 from allocator.engine_config import EngineConfig
 from allocator.policy import PAPER_SCHEDULERS as SCHEDULERS
-from allocator.sim.batch import parse_batch
+from allocator.scenarios.batch import parse_batch
+from allocator.scenarios.files import read_yaml
 from allocator.sim.batch_sim import BatchSimulator
 from allocator.sim.bound import makespan_bound
 from allocator.sim.stats import COMPARABLE, Paired, comparable, estimate, higher, paired, sooner
@@ -33,7 +33,7 @@ MODES = ("characterized", "oblivious")
 
 
 def load(name: str) -> dict:
-    return yaml.safe_load((HERE / "scenarios" / name).read_text())
+    return read_yaml(HERE / "scenarios" / name)
 
 
 def homogeneous(data: dict) -> dict:

@@ -11,7 +11,7 @@ import click
 
 from allocator.model import Cluster
 from allocator.optimal import optimum
-from allocator.scenario import parse_scenario
+from allocator.scenarios.static import parse_scenario
 from allocator.table1 import compare
 from allocator.trials import run_trials
 from allocator.workloads import google_like_cluster

@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from allocator.errors import FairbrokerError
-from spark_shim.demand import ExecutorDemand, executor_demand
+from allocator.scenarios.spark_demand import ExecutorDemand, executor_demand
 from spark_shim.driver_host import driver_host
 from spark_shim.jvm.build import default_spark_home, plugin_jar
 

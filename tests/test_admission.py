@@ -28,7 +28,7 @@ from allocator.admission import (
 from allocator.batch import run_live_batch
 from allocator.engine_config import EngineConfig
 from allocator.errors import ScenarioError
-from allocator.sim.batch import parse_batch
+from allocator.scenarios.batch import parse_batch
 from allocator.sim.batch_sim import BatchSimulator
 
 

@@ -26,7 +26,7 @@ from allocator.batch.allocation import parse_allocation
 from allocator.batch.answers import parse_result, pi_tolerance
 from allocator.broker.proto import pb
 from allocator.errors import FairbrokerError, ScenarioError
-from allocator.sim.batch import load_batch, parse_batch
+from allocator.scenarios.batch import load_batch, parse_batch
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "benchmarks" / "scenarios"
 

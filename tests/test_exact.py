@@ -23,7 +23,7 @@ from allocator.exact.tsf import tasks_alone
 from allocator.model import Cluster
 from allocator.optimal import _constraints
 from allocator.properties import psdsf_violations, tasks_from_bundles
-from allocator.scenario import load_scenario
+from allocator.scenarios.static import load_scenario
 
 EXACT = ("drfh", "psdsf-exact", "tsf-exact", "alpha-psdsf")
 

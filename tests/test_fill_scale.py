@@ -18,7 +18,7 @@ from allocator.errors import ScenarioError
 from allocator.filling import progressive_fill
 from allocator.model import ScenarioSpec, _eligibility, _matches
 from allocator.policy import scheduler
-from allocator.scenario import parse_scenario
+from allocator.scenarios.static import parse_scenario
 from allocator.state import AllocationState
 from allocator.trials import run_trials
 

@@ -24,7 +24,7 @@ from support.real_mesos import (
 )
 from support.spark import HOSTS_JOB, Driver, executor_processes, wait_for
 
-from allocator.backends.cluster_file import load_cluster_file
+from allocator.scenarios.cluster_file import load_cluster_file
 
 pytestmark = pytest.mark.skipif(mesos_home() is None, reason=SKIP_REASON)
 

@@ -32,7 +32,7 @@ from allocator.cli_live import serve
 from allocator.engine_config import EngineConfig
 from allocator.metrics import SPECS, BrokerMetrics, engine_reading
 from allocator.metrics_defs import jain, task_shares
-from allocator.sim.batch import BatchSpec, parse_batch
+from allocator.scenarios.batch import BatchSpec, parse_batch
 from allocator.sim.batch_sim import BatchSimulator
 from allocator.sim.series import write_series_csv
 

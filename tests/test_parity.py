@@ -7,11 +7,11 @@ import pytest
 from support.broker import RecordingBackend, request
 from support.instances import DEMAND, two_roles
 
-from allocator.backends.cluster_file import agent_infos
 from allocator.broker.core import Broker
 from allocator.engine import Engine
 from allocator.engine_config import EngineConfig
-from allocator.sim.batch import parse_batch
+from allocator.scenarios.batch import parse_batch
+from allocator.scenarios.cluster_file import agent_infos
 from allocator.sim.batch_sim import BatchSimulator
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from allocator.scenario import load_scenario
+from allocator.scenarios.static import load_scenario
 
 # benchmarks/ is not an installed package: import it from the checkout, as `python -m` does.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from spark_shim.demand import executor_demand
+from allocator.scenarios.spark_demand import executor_demand
 from spark_shim.jvm import build
 from spark_shim.jvm.build import PluginBuildError, detect_spark, plugin_jar
 from spark_shim.submit import spark_submit_command

@@ -11,7 +11,7 @@ import yaml
 from support.commands import run_fairbroker
 
 from allocator.engine_config import EngineConfig
-from allocator.sim.batch import load_batch, parse_batch
+from allocator.scenarios.batch import load_batch, parse_batch
 from allocator.sim.batch_sim import BatchSimulator
 from allocator.sim.bound import makespan_bound
 from allocator.sim.series import TimeSeries

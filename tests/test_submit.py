@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from spark_shim.demand import SparkConfError
+from allocator.scenarios.spark_demand import SparkConfError
 from spark_shim.jvm.build import default_spark_home, plugin_jar
 from spark_shim.submit import (
     SubmitError,

@@ -12,13 +12,14 @@ import yaml
 from allocator.engine_config import EngineConfig
 from allocator.errors import ScenarioError
 from allocator.policy import SCHEDULERS
-from allocator.sim.google import (
+from allocator.scenarios.google import (
     GoogleWorkloadSpec,
     google_cluster,
     google_jobs,
     server_mix_fractions,
 )
-from allocator.sim.trace import load_trace, parse_trace, scenario_kind
+from allocator.scenarios.kind import scenario_kind
+from allocator.scenarios.trace import load_trace, parse_trace
 from allocator.sim.trace_sim import run_trace
 from allocator.workloads import GOOGLE_SERVER_MIX
 

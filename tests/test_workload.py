@@ -10,11 +10,10 @@ import yaml
 from support.commands import run_fairbroker
 
 from allocator.engine_config import EngineConfig
-from allocator.sim.batch import parse_batch
+from allocator.scenarios.batch import JitterSpec, JobModel, parse_batch
 from allocator.sim.batch_sim import BatchSimulator
 from allocator.sim.bound import makespan_bound
-from allocator.sim.jobs import JobModel
-from allocator.sim.workload import JitterSpec, JobDraws
+from allocator.sim.workload import JobDraws
 
 
 def two_groups(jitter: dict | None = None, jobs_per_queue: int = 4) -> dict:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from allocator.batch.answers import check_pi, check_wordcount, parse_result
 from allocator.errors import FairbrokerError, ScenarioError
-from allocator.sim.batch import BatchSpec, GroupSpec, PiApp, ScriptApp, WordCountApp
+from allocator.scenarios.batch import BatchSpec, GroupSpec, PiApp, ScriptApp, WordCountApp
 from spark_shim.apps import script
 from spark_shim.apps.wordgen import generate
 

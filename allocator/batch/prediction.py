@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from allocator.engine_config import EngineConfig
-from allocator.sim.batch import BatchSpec
+from allocator.scenarios.batch import BatchSpec
 from allocator.sim.stats import estimate
 from allocator.sim.whatif import Report, run_whatif
 

@@ -25,7 +25,7 @@ from allocator.batch.progress import BatchProgress
 from allocator.batch.result import JobRecord, LiveBatchResult
 from allocator.batch.sampler import LiveSeries
 from allocator.errors import FairbrokerError
-from allocator.sim.batch import BatchSpec
+from allocator.scenarios.batch import BatchSpec
 
 
 class SubmitPlanLike(Protocol):

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from allocator.backends.base import AgentInfo, Backend
-from allocator.backends.cluster_file import DEFAULT_CLUSTER, load_cluster_file
 from allocator.backends.local import LocalCluster
 from allocator.broker.api import RequestObserver
 from allocator.broker.asgi import HttpLimits
@@ -20,6 +19,7 @@ from allocator.broker.store import Store
 from allocator.engine_config import EngineConfig
 from allocator.metrics import BrokerMetrics, MetricsServer
 from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
+from allocator.scenarios.cluster_file import DEFAULT_CLUSTER, load_cluster_file
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import numpy as np
 from allocator.admission import AdmissionConfig, Pool, build_pools, job_slot
 from allocator.engine import Engine
 from allocator.engine_config import EngineConfig
-from allocator.sim.batch import BatchSpec, JobEntry
-from allocator.sim.jobs import JobModel, JobProgress
+from allocator.scenarios.batch import BatchSpec, JobEntry, JobModel
+from allocator.sim.jobs import JobProgress
 from allocator.sim.series import AllocationSeries
 from allocator.sim.workload import JobDraws
 

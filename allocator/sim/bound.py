@@ -20,8 +20,7 @@ import numpy as np
 from scipy.optimize import linprog
 
 from allocator.model import _matches
-from allocator.sim.batch import BatchSpec, GroupSpec
-from allocator.sim.jobs import JobModel
+from allocator.scenarios.batch import BatchSpec, GroupSpec, JobModel
 from allocator.sim.workload import JobDraws
 
 

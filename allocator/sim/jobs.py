@@ -10,27 +10,15 @@ constant n the duration is
     T(n) = startup_s + executor_start_s + serial_s + work / n,
 Amdahl's law with a fixed start-up cost, which is how Spark Pi and WordCount behave at this
 scale (calibration notes live in the scenario files). When the work is done the executors
-are released one by one over `release_spread_s`, as the paper observes.
+are released one by one over `release_spread_s`, as the paper observes. The model's
+parameters are the batch format's `JobModel` (allocator.scenarios.batch); this module runs it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
-@dataclass(frozen=True)
-class JobModel:
-    work: float  # executor-seconds of parallel work
-    startup_s: float = 5.0
-    executor_start_s: float = 3.0
-    serial_s: float = 2.0
-    release_spread_s: float = 2.0
-
-    def duration(self, executors: int) -> float:
-        """T(n) with a constant allocation of n executors from the start."""
-        if executors <= 0:
-            return float("inf")
-        return self.startup_s + self.executor_start_s + self.serial_s + self.work / executors
+from allocator.scenarios.batch import JobModel
 
 
 @dataclass

@@ -29,7 +29,7 @@ from allocator.engine import Engine
 from allocator.engine_config import EngineConfig
 from allocator.errors import ScenarioError
 from allocator.policy.slots import DEFAULT_SLOTS_PER_SERVER, SLOTS, Slots, with_slots
-from allocator.sim.trace import TraceWorkload, load_trace, parse_trace
+from allocator.scenarios.trace import TraceWorkload, load_trace, parse_trace
 from allocator.sim.trace_result import TraceResult
 from allocator.sim.trace_series import TraceSeries
 

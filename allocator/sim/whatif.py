@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from allocator.engine_config import EngineConfig
-from allocator.sim.batch import BatchSpec
+from allocator.scenarios.batch import BatchSpec
 from allocator.sim.batch_sim import BatchSimulator, SimResult
 from allocator.sim.stats import Estimate, Paired, estimate, paired
 

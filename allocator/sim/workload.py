@@ -13,26 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
-from allocator.sim.jobs import JobModel
+from allocator.scenarios.batch import JitterSpec, JobModel
 
 #: Separates the workload streams from every other use of the seed.
 WORKLOAD_STREAM = 0x6A6F62
-
-
-class JitterSpec(BaseModel):
-    """Relative spread (0 <= j < 1) of each part of a job; `random_release`: a finishing
-    job's executors are released after independent delays in (0, release_spread_s] instead
-    of on an even grid."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    work: float = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False)
-    startup_s: float = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False)
-    executor_start_s: float = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False)
-    serial_s: float = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False)
-    random_release: bool = False
 
 
 @dataclass

@@ -12,7 +12,7 @@ import scala.Tuple2;
 
 /**
  * The RegisterRequest of a driver. The demand vector and the initial target follow
- * spark_shim/demand.py (executor_demand) exactly; tests compare the two.
+ * allocator/scenarios/spark_demand.py (executor_demand) exactly; tests compare the two.
  */
 final class Registration {
   static final int UNBOUNDED = 1_000_000;

@@ -32,7 +32,7 @@ executors. A script's relative path is taken from the current directory.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -41,9 +41,42 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from allocator.admission import AdmissionConfig, Policy
 from allocator.errors import FairbrokerError, ScenarioError
 from allocator.model import AgentSpec, _check_amounts
-from allocator.scenario import _first_error, read_yaml
-from allocator.sim.jobs import JobModel
-from allocator.sim.workload import JitterSpec
+from allocator.scenarios.files import first_error, load_file
+from allocator.scenarios.spark_demand import executor_demand
+
+
+@dataclass(frozen=True)
+class JobModel:
+    """A job's `job:` section as the simulator runs it (allocator.sim.jobs): the driver
+    starts (`startup_s`), each granted executor starts (`executor_start_s`) and pulls from a
+    pool of `work` executor-seconds, a driver-side `serial_s` tail follows, and the executors
+    are released over `release_spread_s`."""
+
+    work: float  # executor-seconds of parallel work
+    startup_s: float = 5.0
+    executor_start_s: float = 3.0
+    serial_s: float = 2.0
+    release_spread_s: float = 2.0
+
+    def duration(self, executors: int) -> float:
+        """T(n) with a constant allocation of n executors from the start."""
+        if executors <= 0:
+            return float("inf")
+        return self.startup_s + self.executor_start_s + self.serial_s + self.work / executors
+
+
+class JitterSpec(BaseModel):
+    """Relative spread (0 <= j < 1) of each part of a job; `random_release`: a finishing
+    job's executors are released after independent delays in (0, release_spread_s] instead
+    of on an even grid."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    work: float = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False)
+    startup_s: float = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False)
+    executor_start_s: float = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False)
+    serial_s: float = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False)
+    random_release: bool = False
 
 
 class TimedAgentSpec(AgentSpec):
@@ -192,8 +225,6 @@ class GroupSpec(BaseModel):
             if self.executors is None:
                 raise ValueError("executors: required with demand")
             return dict(self.demand), self.executors
-        from spark_shim.demand import executor_demand
-
         derived = executor_demand(self.spark or {}, max_when_unbounded=0)
         wanted = self.executors or derived.max_executors
         if wanted <= 0:
@@ -247,7 +278,7 @@ class BatchSpec(BaseModel):
 
 def _batch_error(error: ValidationError) -> str:
     """First validation error, without pydantic's `app.<kind>` tag step in the location."""
-    where, _, message = _first_error(error, BatchSpec).partition(": ")
+    where, _, message = first_error(error, BatchSpec).partition(": ")
     for kind in APP_KINDS:
         where = where.replace(f".app.{kind}.", ".app.", 1)
     if message.startswith("Unable to extract tag"):
@@ -284,9 +315,4 @@ def parse_batch(data: Any) -> BatchSpec:
 
 
 def load_batch(path: str | Path) -> BatchSpec:
-    path = Path(path)
-    data = read_yaml(path)
-    try:
-        return parse_batch(data)
-    except ScenarioError as error:
-        raise ScenarioError(f"{path}: {error}") from None
+    return load_file(path, parse_batch)

@@ -1,4 +1,6 @@
-"""Loading scenario files (YAML or JSON) into a validated `Cluster`."""
+"""The one reader of scenario and configuration files: YAML or JSON in, plain data out, every
+problem a one-line `ScenarioError` naming the file (and line, field and did-you-mean where
+known)."""
 
 from __future__ import annotations
 
@@ -6,15 +8,22 @@ import json
 import re
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from allocator.errors import ScenarioError, did_you_mean
-from allocator.memory_guard import FILL_BYTES_PER_PAIR, require_memory
-from allocator.model import Cluster, ScenarioSpec
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+
+class LocatedError(ScenarioError):
+    """An error whose message already names the file and line it is about (e.g. a CSV file a
+    scenario refers to), so it is not prefixed with the scenario's path."""
 
 
 def _location(loc: tuple[int | str, ...]) -> str:
@@ -51,7 +60,7 @@ def _fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
     return [f.alias or name for m in models for name, f in m.model_fields.items()]
 
 
-def _first_error(error: ValidationError, model: type[BaseModel] | None = None) -> str:
+def first_error(error: ValidationError, model: type[BaseModel] | None = None) -> str:
     first = error.errors()[0]
     loc = tuple(first["loc"])
     where = _location(loc)
@@ -63,33 +72,6 @@ def _first_error(error: ValidationError, model: type[BaseModel] | None = None) -
         if model is not None and loc and isinstance(loc[-1], str):
             message += did_you_mean(loc[-1], _fields_at(model, loc[:-1]))
     return f"{where}: {message}" if where else message
-
-
-def _refuse_other_kinds(data: dict) -> None:
-    """A trace (`kind:`) or job batch (`groups:`) given where a static scenario is read: say
-    which it is (or that its kind is misspelt) rather than that `agents` is missing."""
-    if "kind" in data:
-        kind = data["kind"]
-        if kind == "trace":
-            raise ScenarioError("a trace scenario (kind: trace); run it with `fairbroker sim`")
-        hint = did_you_mean(str(kind), ["trace"]) or " (the only kind is trace)"
-        raise ScenarioError(f"kind: unknown {kind!r}{hint}; a static scenario has no kind")
-    if "groups" in data and "frameworks" not in data:
-        raise ScenarioError("a job batch (groups); run it with `fairbroker sim`")
-
-
-def parse_scenario(data: Any) -> Cluster:
-    """Validate a scenario given as plain data (dicts and lists)."""
-    if not isinstance(data, dict):
-        raise ScenarioError("scenario: expected a mapping with 'agents' and 'frameworks'")
-    _refuse_other_kinds(data)
-    try:
-        spec = ScenarioSpec.model_validate(data)
-    except ValidationError as error:
-        raise ScenarioError(_first_error(error, ScenarioSpec)) from None
-    n_f, n_a = len(spec.frameworks), len(spec.agents)
-    require_memory(n_f * n_a * FILL_BYTES_PER_PAIR, f"{n_f:,} frameworks x {n_a:,} agents")
-    return Cluster.from_spec(spec)
 
 
 class _Loader(yaml.SafeLoader):
@@ -132,11 +114,21 @@ def read_yaml(path: Path) -> Any:
         raise ScenarioError(f"{path}: malformed YAML{where}: {problem}") from None
 
 
-def load_scenario(path: str | Path) -> Cluster:
-    """Read a YAML or JSON scenario file (JSON is valid YAML)."""
+def load_file(path: str | Path, parse: Callable[[Any], T]) -> T:
+    """Read `path` and parse its data; errors are prefixed with the path."""
     path = Path(path)
     data = read_yaml(path)
     try:
-        return parse_scenario(data)
+        return parse(data)
+    except LocatedError:
+        raise
     except ScenarioError as error:
         raise ScenarioError(f"{path}: {error}") from None
+
+
+def validate(model: type[M], data: Any) -> M:
+    """`data` validated as `model`; the first problem is a one-line `ScenarioError`."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise ScenarioError(first_error(error, model)) from None

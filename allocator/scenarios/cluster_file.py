@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from allocator.backends.base import AgentInfo
 from allocator.errors import ScenarioError
 from allocator.model import AgentSpec
-from allocator.scenario import _first_error, read_yaml
+from allocator.scenarios.files import load_file, validate
 
 DEFAULT_CLUSTER = Path(__file__).parents[1] / "data" / "local-cluster.yaml"
 
@@ -59,10 +59,5 @@ def agent_infos(agents: Sequence[AgentSpec]) -> list[AgentInfo]:
 
 
 def load_cluster_file(path: str | Path = DEFAULT_CLUSTER) -> list[AgentInfo]:
-    path = Path(path)
-    data = read_yaml(path)
-    try:
-        spec = LocalClusterSpec.model_validate(data)
-    except ValidationError as error:
-        raise ScenarioError(f"{path}: {_first_error(error, LocalClusterSpec)}") from None
+    spec = load_file(path, lambda data: validate(LocalClusterSpec, data))
     return agent_infos(spec.agents)
