@@ -22,7 +22,7 @@ BASE_RESOURCES = ("cpus", "mem")
 Name = Annotated[str, Field(min_length=1)]
 
 
-def _check_amounts(values: dict[str, float], what: str) -> dict[str, float]:
+def check_amounts(values: dict[str, float], what: str) -> dict[str, float]:
     for resource, amount in values.items():
         if not isinstance(amount, int | float) or isinstance(amount, bool):
             raise ValueError(f"{resource}: must be a number, got {amount!r}")
@@ -45,7 +45,7 @@ class AgentSpec(BaseModel):
     @field_validator("resources", mode="before")
     @classmethod
     def _resources(cls, value: object) -> object:
-        return _check_amounts(value, "capacity") if isinstance(value, dict) else value
+        return check_amounts(value, "capacity") if isinstance(value, dict) else value
 
 
 class FrameworkSpec(BaseModel):
@@ -61,7 +61,7 @@ class FrameworkSpec(BaseModel):
     @field_validator("demand", mode="before")
     @classmethod
     def _demand(cls, value: object) -> object:
-        return _check_amounts(value, "demand") if isinstance(value, dict) else value
+        return check_amounts(value, "demand") if isinstance(value, dict) else value
 
 
 class ScenarioSpec(BaseModel):

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from allocator.admission import AdmissionConfig, Policy
 from allocator.errors import FairbrokerError, ScenarioError
-from allocator.model import AgentSpec, _check_amounts
+from allocator.model import AgentSpec, check_amounts
 from allocator.scenarios.files import first_error, load_file
 from allocator.scenarios.spark_demand import executor_demand
 
@@ -193,7 +193,7 @@ class GroupSpec(BaseModel):
         if (self.demand is None) == (self.spark is None):
             raise ValueError("give exactly one of demand or spark")
         if self.demand is not None:
-            _check_amounts(self.demand, "demand")
+            check_amounts(self.demand, "demand")
         if self.jobs is not None and len(self.jobs) != self.queues * self.jobs_per_queue:
             raise ValueError(
                 f"jobs: {len(self.jobs)} entries for queues x jobs_per_queue = "

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from allocator.errors import ScenarioError
 from allocator.memory_guard import TRACE_BYTES_PER_AGENT, require_memory
-from allocator.model import _check_amounts
+from allocator.model import check_amounts
 from allocator.scenarios.batch import TimedAgentSpec
 from allocator.scenarios.files import load_file, validate
 from allocator.scenarios.google import (
@@ -152,7 +152,7 @@ class ListJobSpec(_Strict):
     def _check(self) -> ListJobSpec:
         if (self.demand is None) == (self.demand_norm is None):
             raise ValueError("give exactly one of demand (absolute) or demand_norm")
-        _check_amounts(self.demand or self.demand_norm or {}, "demand")
+        check_amounts(self.demand or self.demand_norm or {}, "demand")
         low, high = _range(self.duration_s)
         if not (0 < low <= high < math.inf):
             raise ValueError("duration_s: must be positive and finite (a value or [low, high])")
