@@ -22,7 +22,7 @@ from allocator.engine_config import EngineConfig, Trigger
 from allocator.errors import FairbrokerError
 from allocator.filling import progressive_fill
 from allocator.mesos_defaults import MIN_ALLOCATABLE
-from allocator.model import Cluster, _matches
+from allocator.model import Cluster, matches_constraints
 from allocator.policy import Selection, scheduler
 from allocator.state import AllocationState, Mode
 
@@ -196,7 +196,7 @@ class Engine:
             return row
         row = np.zeros(self._eligible.shape[1], dtype=bool)
         for name, slot in self._agent_slots.index.items():
-            row[slot] = _matches(self.agents[name].attributes, constraints)
+            row[slot] = matches_constraints(self.agents[name].attributes, constraints)
         return row
 
     def add_agent(
@@ -214,7 +214,7 @@ class Engine:
         self._tasks[:, slot] = 0
         for fw_name, fw_slot in self._framework_slots.index.items():
             constraints = self.frameworks[fw_name].constraints
-            self._eligible[fw_slot, slot] = _matches(record.attributes, constraints)
+            self._eligible[fw_slot, slot] = matches_constraints(record.attributes, constraints)
         self.run_now = self._dirty = True
 
     def set_capacity(self, name: str, capacity: dict[str, float]) -> None:

@@ -67,7 +67,7 @@ def fast_fill(
     given, receives each (framework, agent) in order (for the equivalence tests)."""
     cluster = state.cluster
     n_f, n_a = cluster.n_frameworks, cluster.n_agents
-    demand = state._demand.tolist()  # inf for a resource a framework without demand lacks
+    demand = state.fit_demand.tolist()  # inf for a resource a framework without demand lacks
     tol = state.tol.tolist()
     total = np.asarray(cluster.total, dtype=float).tolist()
     weight = cluster.weight.tolist()
@@ -77,7 +77,7 @@ def fast_fill(
     residual = np.asarray(state.residual).tolist()
     wanting = state.wanting().tolist()
     all_eligible = bool(cluster.eligible.all())
-    eligible_by_agent = state._eligible_by_agent
+    eligible_by_agent = state.eligible_by_agent
     n_r = len(tol)
     resources = range(n_r)
 
@@ -154,5 +154,5 @@ def fast_fill(
     state.alloc[:] = alloc
     state.residual[:] = residual
     for n in range(n_f):
-        state._update_wanting(n)
+        state.refresh_wanting(n)
     return grants

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from allocator.policy import Selection, Ties, scheduler
+from allocator.policy import Selection, Ties
 from allocator.policy.base import Criterion
 from allocator.policy.levels import Level
 from allocator.policy.selection import make_selector
@@ -60,21 +60,3 @@ def progressive_fill(
             on_grant(grant)
     return grants
 
-
-def fill_once(
-    cluster_state: AllocationState,
-    scheduler_name: str,
-    selection: Selection | str | None = None,
-    ties: Ties | str = Ties.RANDOM,
-    seed: int | np.random.Generator | None = 0,
-) -> list[Grant]:
-    """One static fill of a fresh state with a named scheduler and its default selection."""
-    chosen = scheduler(scheduler_name)
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    return progressive_fill(
-        cluster_state,
-        chosen.criterion(),
-        selection or chosen.default_selection,
-        rng,
-        ties,
-    )

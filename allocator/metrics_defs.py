@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from allocator.model import Cluster, _matches
+from allocator.model import Cluster, matches_constraints
 from allocator.policy.base import max_ratio
 
 if TYPE_CHECKING:
@@ -156,7 +156,7 @@ class AllocationFrame:
         constraints = constraints or {}
         eligible = np.array(
             [
-                [_matches(dict(a.attributes), dict(constraints.get(t.tenant_id, {})))
+                [matches_constraints(dict(a.attributes), dict(constraints.get(t.tenant_id, {})))
                  for a in agents]
                 for t in tenants
             ],

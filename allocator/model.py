@@ -103,7 +103,9 @@ class ScenarioSpec(BaseModel):
         return tuple(names)
 
 
-def _matches(attributes: dict[str, object], constraints: dict[str, object]) -> bool:
+def matches_constraints(attributes: dict[str, object], constraints: dict[str, object]) -> bool:
+    """delta_{n,i}: the agent has every constrained attribute, with one of its allowed values
+    (compared as strings)."""
     for key, wanted in constraints.items():
         if key not in attributes:
             return False
@@ -113,9 +115,10 @@ def _matches(attributes: dict[str, object], constraints: dict[str, object]) -> b
     return True
 
 
-def _eligibility(spec: ScenarioSpec) -> np.ndarray:
-    """delta_{n,i} as `_matches` defines it, one vector operation per framework constraint:
-    each attribute's values become integer codes over the agents (-1 where missing)."""
+def eligibility_matrix(spec: ScenarioSpec) -> np.ndarray:
+    """delta_{n,i} as `matches_constraints` defines it, one vector operation per framework
+    constraint: each attribute's values become integer codes over the agents (-1 where
+    missing)."""
     eligible = np.ones((len(spec.frameworks), len(spec.agents)), dtype=bool)
     codes: dict[str, tuple[dict[str, int], np.ndarray]] = {}
     for n, framework in enumerate(spec.frameworks):
@@ -191,12 +194,6 @@ class Cluster:
         gamma = np.where(np.isfinite(gamma), gamma, 0.0)
         return np.where(eligible, gamma, 0.0)
 
-    def index_of_framework(self, name: str) -> int:
-        return self.framework_names.index(name)
-
-    def index_of_agent(self, name: str) -> int:
-        return self.agent_names.index(name)
-
     @classmethod
     def from_arrays(
         cls,
@@ -245,7 +242,7 @@ class Cluster:
             ],
             dtype=float,
         )
-        eligible = _eligibility(spec)
+        eligible = eligibility_matrix(spec)
         roles: list[str] = []
         role_of = []
         for f in spec.frameworks:

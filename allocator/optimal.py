@@ -26,7 +26,10 @@ class Optimum:
     allocation: np.ndarray | None  # (F, A) integer optimum
 
 
-def _constraints(cluster: Cluster) -> tuple[np.ndarray, LinearConstraint, Bounds]:
+def feasibility_constraints(cluster: Cluster) -> tuple[np.ndarray, LinearConstraint, Bounds]:
+    """The feasible allocations, shared by the bounds here and the exact solvers: one variable
+    per eligible (framework, agent) pair (the returned `pairs`), capacity rows per agent and
+    resource, one task-limit row per framework, and x >= 0."""
     n_f, n_a = cluster.n_frameworks, cluster.n_agents
     demand = np.nan_to_num(cluster.demand, nan=0.0)
     pairs = np.argwhere(cluster.eligible)  # variables only for eligible pairs
@@ -51,7 +54,7 @@ def _constraints(cluster: Cluster) -> tuple[np.ndarray, LinearConstraint, Bounds
 
 def optimum(cluster: Cluster, time_limit: float = 30.0) -> Optimum:
     """Integer and LP-relaxed maximum of total tasks under the same constraints."""
-    pairs, constraint, bounds = _constraints(cluster)
+    pairs, constraint, bounds = feasibility_constraints(cluster)
     if len(pairs) == 0:
         return Optimum(0.0, 0.0, np.zeros((cluster.n_frameworks, cluster.n_agents)))
     cost = -np.ones(len(pairs))

@@ -27,7 +27,7 @@ from scipy.optimize import LinearConstraint, milp
 from scipy.sparse import coo_array
 
 from allocator.model import Cluster
-from allocator.optimal import _constraints
+from allocator.optimal import feasibility_constraints
 
 #: Relative slack for continuous allocations (solver round-off).
 TOLERANCE = 1e-6
@@ -87,7 +87,7 @@ def pareto_improvement(
     """How many more tasks in all an allocation can give with nobody getting fewer: 0 when
     x is Pareto-optimal, NaN when the (MI)LP did not finish (time limit or solver failure)
     without finding an improvement, so "unknown" is never counted as "holds"."""
-    pairs, constraint, bounds = _constraints(cluster)
+    pairs, constraint, bounds = feasibility_constraints(cluster)
     totals = x.sum(axis=1)
     if len(pairs) == 0:
         return 0.0  # nothing can run anywhere: nothing to improve

@@ -67,8 +67,9 @@ class AllocationState:
         self.demand_version = 0
         # Frameworks without a demand cannot take tasks in a static fill.
         self.runnable = cluster.has_demand.copy()
-        self._demand = np.asfortranarray(np.nan_to_num(cluster.demand, nan=np.inf))
-        self._eligible_by_agent = np.ascontiguousarray(cluster.eligible.T)
+        # d with inf for a resource a framework without demand lacks, so it fits nowhere.
+        self.fit_demand = np.asfortranarray(np.nan_to_num(cluster.demand, nan=np.inf))
+        self.eligible_by_agent = np.ascontiguousarray(cluster.eligible.T)
         self.tol = 1e-9 * np.maximum(cluster.capacity.max(axis=0, initial=0.0), 1.0)
         self._wanting = self.runnable & (self.count < self.limit)
         #: Writes so far (grants and releases), and the write that last changed each agent's
@@ -82,12 +83,8 @@ class AllocationState:
         """Frameworks that still want a task (runnable and below their task limit)."""
         return self._wanting
 
-    def set_limit(self, framework: int, limit: float) -> None:
-        """Change how many tasks a framework wants in all (the online engine's target)."""
-        self.limit[framework] = limit
-        self._update_wanting(framework)
-
-    def _update_wanting(self, framework: int) -> None:
+    def refresh_wanting(self, framework: int) -> None:
+        """Recompute one framework's `wanting` after its count or limit changed."""
         self._wanting[framework] = (
             self.runnable[framework] and self.count[framework] < self.limit[framework]
         )
@@ -95,15 +92,15 @@ class AllocationState:
     def fits_agent(self, agent: int) -> np.ndarray:
         """(F,) frameworks that want a task and fit one more whole task on `agent`."""
         room = self.residual[agent] + self.tol
-        ok = self._wanting & self._eligible_by_agent[agent]
+        ok = self._wanting & self.eligible_by_agent[agent]
         for r in range(len(room)):
-            ok &= self._demand[:, r] <= room[r]
+            ok &= self.fit_demand[:, r] <= room[r]
         return ok
 
     def fits_framework(self, framework: int) -> np.ndarray:
         """(A,) agents where `framework` fits one more whole task (ignoring its limit)."""
         ok = self.cluster.eligible[framework].copy()
-        d = self._demand[framework]
+        d = self.fit_demand[framework]
         for r in range(len(d)):
             if d[r] > 0:
                 ok &= self.residual[:, r] >= d[r] - self.tol[r]
@@ -112,12 +109,12 @@ class AllocationState:
     def fits_all(self) -> np.ndarray:
         """(F, A) framework-agent pairs where one more task fits."""
         room = self.residual[None, :, :] + self.tol
-        ok = (self._demand[:, None, :] <= room).all(axis=2)
+        ok = (self.fit_demand[:, None, :] <= room).all(axis=2)
         return ok & self.cluster.eligible & self.wanting()[:, None]
 
     def tasks_that_fit(self, framework: int, agent: int) -> int:
         """Whole tasks of `framework` that the agent's remainder holds, capped by its limit."""
-        d = self._demand[framework]
+        d = self.fit_demand[framework]
         need = d > 0
         whole = np.floor((self.residual[agent, need] + self.tol[need]) / d[need]).min()
         left = self.limit[framework] - self.count[framework]
@@ -140,14 +137,14 @@ class AllocationState:
 
     # ---- writers -----------------------------------------------------------------------
     def grant(self, framework: int, agent: int, tasks: int = 1) -> Grant:
-        d = self._demand[framework]
+        d = self.fit_demand[framework]
         self.tasks[framework, agent] += tasks
         self.count[framework] += tasks
         self.alloc[framework] += tasks * d
         self.residual[agent] -= tasks * d
         self.changes += 1
         self.changed_at[agent] = self.changes
-        self._update_wanting(framework)
+        self.refresh_wanting(framework)
         if np.isnan(self.known_demand[framework, 0]):
             self.known_demand[framework] = d
             self.demand_version += 1
@@ -159,7 +156,7 @@ class AllocationState:
                 f"release of {tasks} tasks of framework {framework} on agent {agent}, "
                 f"which holds {self.tasks[framework, agent]}"
             )
-        d = self._demand[framework]
+        d = self.fit_demand[framework]
         self.tasks[framework, agent] -= tasks
         self.count[framework] -= tasks
         self.alloc[framework] -= tasks * d
@@ -168,7 +165,7 @@ class AllocationState:
         self.changed_at[agent] = self.changes
         if self.count[framework] == 0:
             self.alloc[framework] = 0.0  # no float drift when a framework is empty
-        self._update_wanting(framework)
+        self.refresh_wanting(framework)
 
     def withhold(self, agent: int, framework: int | None = None) -> None:
         """Take an agent's remainder out of this run (oblivious mode: it is out on offer;

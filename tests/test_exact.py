@@ -21,7 +21,7 @@ from allocator.exact.common import dominant_share_per_task
 from allocator.exact.psdsf import per_server_drf
 from allocator.exact.tsf import tasks_alone
 from allocator.model import Cluster
-from allocator.optimal import _constraints
+from allocator.optimal import feasibility_constraints
 from allocator.properties import psdsf_violations, tasks_from_bundles
 from allocator.scenarios.static import load_scenario
 
@@ -98,7 +98,7 @@ def test_paper002_continuous_optimum(example: Cluster) -> None:
 def test_alpha_one_is_proportional_fairness_on_tasks(modified: Cluster) -> None:
     """alpha = 1: the equilibrium maximises sum_n phi_n log x_n (solved here by SLSQP)."""
     result = alpha_psdsf(modified, 1.0)
-    pairs, constraint, _ = _constraints(modified)
+    pairs, constraint, _ = feasibility_constraints(modified)
     owner = coo_array(
         (np.ones(len(pairs)), (pairs[:, 0], np.arange(len(pairs)))),
         shape=(modified.n_frameworks, len(pairs)),
@@ -154,7 +154,7 @@ def _leximin_by_tests(cluster: Cluster, w: np.ndarray) -> np.ndarray:
     """Brute-force weighted max-min levels of v_n = w_n x_n: the textbook water-filling that
     raises a common level t and then tests every framework with an LP of its own ("can n
     exceed t while the others keep theirs?"), instead of reading the solver's duals."""
-    pairs, constraint, bounds = _constraints(cluster)
+    pairs, constraint, bounds = feasibility_constraints(cluster)
     n_f, n_p = cluster.n_frameworks, len(pairs)
     per = coo_array((w[pairs[:, 0]], (pairs[:, 0], np.arange(n_p))), shape=(n_f, n_p))
     per = per.toarray()
@@ -243,7 +243,7 @@ def test_alpha_best_response_is_the_agents_optimum(alpha: float) -> None:
 
 def _log_utility_optimum(cluster: Cluster) -> float:
     """max sum_n phi_n log x_n over the divisible allocations (SLSQP, a few starts)."""
-    pairs, constraint, _ = _constraints(cluster)
+    pairs, constraint, _ = feasibility_constraints(cluster)
     owner = coo_array(
         (np.ones(len(pairs)), (pairs[:, 0], np.arange(len(pairs)))),
         shape=(cluster.n_frameworks, len(pairs)),

@@ -16,7 +16,7 @@ from support.instances import make_cluster
 from allocator import memory_guard
 from allocator.errors import ScenarioError
 from allocator.filling import progressive_fill
-from allocator.model import ScenarioSpec, _eligibility, _matches
+from allocator.model import ScenarioSpec, eligibility_matrix, matches_constraints
 from allocator.policy import scheduler
 from allocator.scenarios.static import parse_scenario
 from allocator.state import AllocationState
@@ -40,9 +40,9 @@ def test_vectorised_eligibility_is_the_attribute_match(attributes, constraints):
         "frameworks": [{"name": f"f{n}", "demand": {"cpus": 1}, "constraints": c}
                        for n, c in enumerate(constraints)],
     })  # fmt: skip
-    expected = [[_matches(a.attributes, f.constraints) for a in spec.agents]
+    expected = [[matches_constraints(a.attributes, f.constraints) for a in spec.agents]
                 for f in spec.frameworks]  # fmt: skip
-    assert _eligibility(spec).tolist() == expected
+    assert eligibility_matrix(spec).tolist() == expected
 
 
 def test_trial_statistics_equal_those_of_the_stored_fills():

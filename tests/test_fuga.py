@@ -22,12 +22,12 @@ from allocator.policy.fuga import (
     Fuga,
     FugaParams,
     ServerOptions,
-    _solve_block,
     backward_induction,
     enumerate_combinations,
     fairness_deviation,
     min_utilisation,
     skewness,
+    solve_block,
     top_strategies,
     utilisation,
 )
@@ -91,7 +91,7 @@ def test_example_equilibrium_server_2_third_server_1_second(lam):
     assert [s.agent for s in order] == [1, 0]  # server 2 (best mu 11/12) moves first
     total = IDLE[0] + IDLE[1]
     users = np.ones(3, dtype=bool)
-    choice = _solve_block(order, np.zeros((3, 3)), VM, np.arange(3), np.ones(3), users, total, lam)
+    choice = solve_block(order, np.zeros((3, 3)), VM, np.arange(3), np.ones(3), users, total, lam)
     assert choice == (2, 1)  # server 2 its 3rd combination, server 1 its 2nd
     # The users' allocations under that profile, and their dominant shares of the idle
     # resources (8, 14, 90): VM 1 (2,4,20) -> 4/14 = 2/7, VM 2 3x(1,1,10) -> 3/8, VM 3
@@ -142,7 +142,7 @@ def test_example_without_fairness_each_server_takes_its_least_skewed():
     order = sorted([_server_options(0), _server_options(1)], key=lambda s: s.best_mu)
     total = IDLE[0] + IDLE[1]
     users = np.ones(3, dtype=bool)
-    choice = _solve_block(order, np.zeros((3, 3)), VM, np.arange(3), np.ones(3), users, total, 0)
+    choice = solve_block(order, np.zeros((3, 3)), VM, np.arange(3), np.ones(3), users, total, 0)
     assert choice == tuple(int(np.argmin(s.skew)) for s in order)
 
 

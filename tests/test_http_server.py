@@ -16,7 +16,7 @@ from support.broker import AGENTS, RecordingBackend
 
 from allocator.broker.asgi import HttpLimits
 from allocator.broker.client import BrokerCallError, BrokerClient
-from allocator.broker.server import BrokerOptions, BrokerService, _loopback
+from allocator.broker.server import BrokerOptions, BrokerService, is_loopback
 from allocator.engine_config import EngineConfig
 
 TOKEN = "s3cret"
@@ -320,8 +320,8 @@ def test_metrics_can_require_the_token(service) -> None:
 
 
 def test_loopback_addresses() -> None:
-    assert _loopback("127.0.0.1") and _loopback("::1") and _loopback("localhost")
-    assert not _loopback("0.0.0.0") and not _loopback("10.1.2.3") and not _loopback("::")
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3") and not is_loopback("::")
 
 
 def test_serving_on_all_interfaces_without_a_token_warns(tmp_path, caplog) -> None:

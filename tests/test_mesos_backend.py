@@ -390,7 +390,7 @@ def test_redirects_back_off_and_reset(monkeypatch) -> None:
     monkeypatch.setattr(MesosSchedulerDriver, "change_master",
                         lambda self, master: followed.append(master))  # fmt: skip
     options = MesosOptions(master="127.0.0.1:5050")
-    driver = mesos_module._pymesos_driver(object(), {"name": "f"}, options)  # type: ignore[arg-type]
+    driver = mesos_module.pymesos_driver(object(), {"name": "f"}, options)  # type: ignore[arg-type]
     for _ in range(8):
         driver.change_master("127.0.0.1:5050")
     assert sleeps == [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]  # the first one at once
@@ -412,7 +412,7 @@ def test_pymesos_log_lines_reach_only_the_applications_handlers() -> None:
 
     importlib.reload(pymesos)  # its import-time handler, as in a fresh process
     assert logging.getLogger("pymesos").handlers  # (what made every line appear twice)
-    mesos_module._pymesos_driver(object(), {"name": "f"}, MesosOptions(master="m:5050"))  # type: ignore[arg-type]
+    mesos_module.pymesos_driver(object(), {"name": "f"}, MesosOptions(master="m:5050"))  # type: ignore[arg-type]
     chain = [logging.getLogger(n) for n in ("pymesos.process", "pymesos.scheduler", "pymesos")]
     assert [h for lg in chain for h in lg.handlers] == []
     assert all(lg.propagate for lg in chain)  # so the root's handlers print each line once
@@ -427,7 +427,7 @@ def test_subscribe_as_sent_by_pymesos_declares_only_our_capabilities() -> None:
     backend = MesosBackend(MesosOptions(master="m:5050"))
     for gpus, expected in [(False, ["MULTI_ROLE"]), (True, ["MULTI_ROLE", "GPU_RESOURCES"])]:
         backend.options.gpus = gpus
-        driver = mesos_module._pymesos_driver(backend, backend._framework_info(), backend.options)
+        driver = mesos_module.pymesos_driver(backend, backend._framework_info(), backend.options)
         driver.version = "1.11.0"  # learnt from the master before SUBSCRIBE
         sent = driver.framework  # what pymesos puts in SUBSCRIBE's framework_info
         assert [c["type"] for c in sent["capabilities"]] == expected

@@ -435,10 +435,10 @@ def test_every_call_the_broker_makes_has_the_proto_shape(tmp_path: Path) -> None
 
 def recording_driver_factory(calls: list[tuple[str, Any, int]]) -> Callable[..., Any]:
     """The real pymesos driver, recording every call as sent: (type, body, HTTP status)."""
-    from allocator.backends.mesos import _pymesos_driver
+    from allocator.backends.mesos import pymesos_driver
 
     def factory(scheduler: Any, framework: dict, options: MesosOptions) -> Any:
-        driver = _pymesos_driver(scheduler, framework, options)
+        driver = pymesos_driver(scheduler, framework, options)
         send, subscribe = driver._send, driver.gen_request
 
         def recording_send(body: Any, *args: Any, **kwargs: Any) -> Any:

@@ -157,7 +157,7 @@ class MesosBackend:
         self, options: MesosOptions, driver_factory: Callable[..., Any] | None = None
     ) -> None:
         self.options = options
-        self._driver_factory = driver_factory or _pymesos_driver
+        self._driver_factory = driver_factory or pymesos_driver
         self._driver: Any = None
         self._events: BackendEvents | None = None
         self._lock = threading.RLock()
@@ -826,7 +826,7 @@ class _SocketErrorsOnOneLine(logging.Filter):
         return True
 
 
-def _pymesos_driver(scheduler: MesosBackend, framework: dict, options: MesosOptions) -> Any:
+def pymesos_driver(scheduler: MesosBackend, framework: dict, options: MesosOptions) -> Any:
     import pymesos
     from pymesos import MesosSchedulerDriver
 

@@ -124,7 +124,7 @@ class BrokerService:
                     f"cannot serve metrics on {self.options.host}:{self.options.metrics_port}: "
                     f"{error.strerror or error}"
                 ) from None
-        if not self.options.token and not _loopback(self.options.host):
+        if not self.options.token and not is_loopback(self.options.host):
             log.warning(
                 "serving the tenant API on %s without a token: anyone who can reach it can "
                 "register tenants and start executors (give --token-file)", self.options.host,
@@ -155,7 +155,7 @@ class BrokerService:
         self.stop()
 
 
-def _loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:

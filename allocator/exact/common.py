@@ -20,7 +20,7 @@ from scipy.sparse import coo_array, csr_array, hstack, vstack
 
 from allocator.errors import ScenarioError
 from allocator.model import Cluster
-from allocator.optimal import _constraints
+from allocator.optimal import feasibility_constraints
 
 #: Largest instance (eligible framework-agent pairs) the exact solvers accept.
 MAX_PAIRS = 200_000
@@ -67,7 +67,7 @@ def max_min_lp(cluster: Cluster, weight_per_task: np.ndarray) -> tuple[np.ndarra
     """Weighted max-min fair x[n, i] for v_n = weight_per_task[n] * x_n; (x, LP rounds)."""
     cluster.check_runnable()
     n_f, n_a = cluster.n_frameworks, cluster.n_agents
-    pairs, constraint, _ = _constraints(cluster)
+    pairs, constraint, _ = feasibility_constraints(cluster)
     n_p = len(pairs)
     w = np.asarray(weight_per_task, dtype=float)
     resource_rows = csr_array(constraint.A)

@@ -359,7 +359,7 @@ def plan(
             block = [s for s in fresh if s is not None]
             if not block:
                 continue
-        choice = _solve_block(
+        choice = solve_block(
             block, alloc, demand, holder_of, holder_weight, users, total, params.lam
         )
         for server, c in zip(block, choice, strict=True):
@@ -397,7 +397,7 @@ def _holder_alloc(alloc: np.ndarray, holder_of: np.ndarray, holders: int) -> np.
     return out
 
 
-def _solve_block(
+def solve_block(
     block: list[ServerOptions],
     alloc: np.ndarray,
     demand: np.ndarray,

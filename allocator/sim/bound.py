@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.optimize import linprog
 
-from allocator.model import _matches
+from allocator.model import matches_constraints
 from allocator.scenarios.batch import BatchSpec, GroupSpec, JobModel
 from allocator.sim.workload import JobDraws
 
@@ -83,7 +83,9 @@ def makespan_bound(batch: BatchSpec, seed: int | None = None) -> MakespanBound:
         gaps = (group.jobs_per_queue - 1) * group.submit_gap_s
         for queue in queues:
             chain = max(chain, gaps + sum(job.duration(at_once) for job in queue))
-    eligible = np.array([[_matches(a.attributes, g.constraints) for a in agents] for g in groups])
+    eligible = np.array(
+        [[matches_constraints(a.attributes, g.constraints) for a in agents] for g in groups]
+    )
     # variables: y (n_g * n_a, row-major by group), then T
     n_y = n_g * n_a
     cost = np.zeros(n_y + 1)
