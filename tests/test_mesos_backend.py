@@ -33,7 +33,7 @@ def setup(tmp_path: Path):
 def _scrape(broker: Broker) -> str:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from allocator.metrics import AllocationCollector, broker_reading
+    from allocator.broker.metrics import AllocationCollector, broker_reading
 
     registry = CollectorRegistry()
     registry.register(AllocationCollector(lambda: broker_reading(broker)))

@@ -15,9 +15,9 @@ from allocator.broker.core import DEFAULT_LEASE_SECONDS, DEFAULT_SCHEDULER, Brok
 from allocator.broker.grpc_server import TenantGrpcServer
 from allocator.broker.http_server import TenantHttpServer
 from allocator.broker.limits import Limits
+from allocator.broker.metrics import BrokerMetrics, MetricsServer
 from allocator.broker.store import Store
 from allocator.engine_config import EngineConfig
-from allocator.metrics import BrokerMetrics, MetricsServer
 from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from allocator.scenarios.cluster_file import DEFAULT_CLUSTER, load_cluster_file
 
