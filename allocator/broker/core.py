@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 from allocator.backends.base import AgentInfo, Backend, ExecutorState, LaunchSpec, TaskStatus
 from allocator.broker import faults
 from allocator.broker.errors import ApiError, invalid, unavailable
+from allocator.broker.lifecycle import (
+    LAUNCH_FAILURE_REST_SECONDS,
+    STOP_TIMEOUT_SECONDS,
+    rest_after_exit,
+)
 from allocator.broker.limits import Limits
 from allocator.broker.proto import pb
 from allocator.broker.snapshot import engine_allocation
@@ -39,11 +44,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 30.0
 DEFAULT_SCHEDULER = "rpsdsf"  # the broker's, when none is configured
-FAILURES_BEFORE_REFUSING = 2  # quick executor failures of a tenant on an agent before it rests
-FAILED_AGENT_REFUSE_SECONDS = 60.0  # the first rest; each further quick failure doubles it
-MAX_REFUSE_SECONDS = 900.0
-QUICK_FAILURE_SECONDS = 60.0  # an executor failing this soon after its launch is crash-looping
-STOP_TIMEOUT_SECONDS = 60.0  # a dropped tenant whose executors never report their exit
 HISTORY = 10_000  # latency samples kept for reports and benchmarks
 
 
@@ -484,28 +484,21 @@ class Broker:
             self._poke()
 
     def _count_failure(self, tenant: Tenant, record: ExecutorRecord, state: ExecutorState) -> None:
-        """Crash-loop protection: executors failing soon after their launch (before they
-        register with their driver, or on Mesos soon after TASK_RUNNING) rest the tenant on
-        that agent, for twice as long at each further quick failure."""
+        """Crash-loop protection (allocator/broker/lifecycle.py): executors failing soon after
+        their launch rest the tenant on that agent."""
         agent = record.spec.agent
-        quick = (
-            record.state is ExecutorState.LAUNCHING
-            or time.monotonic() - record.granted_at < QUICK_FAILURE_SECONDS
+        rest = rest_after_exit(
+            tenant.failures,
+            agent,
+            state,
+            registered=record.state is not ExecutorState.LAUNCHING,
+            seconds_since_launch=time.monotonic() - record.granted_at,
         )
-        if state is not ExecutorState.FAILED or not quick:
-            if state is not ExecutorState.KILLED:
-                tenant.failures.pop(agent, None)  # it ran: the launch spec works there
+        if rest is None:
             return
-        failures = tenant.failures[agent] = tenant.failures.get(agent, 0) + 1
-        if failures < FAILURES_BEFORE_REFUSING:
-            return
-        rest = min(
-            MAX_REFUSE_SECONDS,
-            FAILED_AGENT_REFUSE_SECONDS * 2 ** (failures - FAILURES_BEFORE_REFUSING),
-        )
         log.warning(
             "tenant %s: %d executors in a row failed soon after their launch on %s; "
-            "resting it there for %.0f s", tenant.tenant_id, failures, agent, rest,
+            "resting it there for %.0f s", tenant.tenant_id, tenant.failures[agent], agent, rest,
         )  # fmt: skip
         tenant.rests[agent] = time.monotonic() + rest
         self.engine.refuse(tenant.tenant_id, agent, tenant.rests[agent])
@@ -633,7 +626,7 @@ class Broker:
             self._best_effort(self.store.delete_executor, tenant.tenant_id, executor_id)
             self.engine.release(tenant.tenant_id, agent)
             self.engine.refuse(
-                tenant.tenant_id, agent, time.monotonic() + FAILED_AGENT_REFUSE_SECONDS
+                tenant.tenant_id, agent, time.monotonic() + LAUNCH_FAILURE_REST_SECONDS
             )
             return False
         faults.point("after-launch")
