@@ -12,7 +12,7 @@ from dataclasses import replace
 import click
 
 from allocator.backends.base import Backend
-from allocator.broker.server import BrokerOptions, BrokerService
+from allocator.broker.server import BrokerOptions, BrokerService, local_backend
 from allocator.listen_check import ListenError, check_can_listen
 from allocator.serve_config import ConfigError, ServeConfig
 
@@ -51,7 +51,11 @@ def broker_options(config: ServeConfig) -> BrokerOptions:
     return options
 
 
-def mesos_backend(config: ServeConfig, options: BrokerOptions) -> Backend:
+def make_backend(config: ServeConfig, options: BrokerOptions) -> Backend:
+    """The one place a backend is chosen: the embedded cluster (the broker's default, see
+    `local_backend`) or a Mesos framework built from `config`."""
+    if config.backend == "local":
+        return local_backend(options)
     from allocator.backends.mesos import MesosBackend, MesosOptions
 
     return MesosBackend(
@@ -94,7 +98,7 @@ def run(config: ServeConfig) -> None:
         ("--metrics-port", options.metrics_port),
     ]  # fmt: skip
     check_can_listen(options.host, ports)
-    backend = mesos_backend(config, options) if config.backend == "mesos" else None
+    backend = make_backend(config, options)
     try:
         service = BrokerService(options, backend=backend)
     except (OSError, RuntimeError) as error:  # gRPC's failed bind is a RuntimeError

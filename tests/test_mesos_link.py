@@ -248,21 +248,21 @@ def test_stop_fails_over_by_default_and_teardown_removes_the_framework(tmp_path:
 def test_framework_settings_reach_the_framework_info(tmp_path: Path) -> None:
     """What SUBSCRIBE declares, from serve's configuration: name, task user, hostname,
     webui_url, roles, and GPU_RESOURCES only when GPUs are scheduled."""
-    from allocator.serve import broker_options, mesos_backend
+    from allocator.serve import broker_options, make_backend
 
     config = ServeConfig(
         backend="mesos", master="127.0.0.1:5050", host="0.0.0.0", hostname="broker.example",
         port=7090, framework_name="fb-prod", user="spark", roles=("pi", "wc"),
         state_dir=tmp_path,
     )  # fmt: skip
-    info = mesos_backend(config, broker_options(config))._framework_info()
+    info = make_backend(config, broker_options(config))._framework_info()
     assert info["name"] == "fb-prod" and info["user"] == "spark"
     assert info["hostname"] == "broker.example"
     assert info["webui_url"] == "http://broker.example:7090/v1/GetAllocation"
     assert info["roles"] == ["pi", "wc"] and info["checkpoint"] is True
     assert {c["type"] for c in info["capabilities"]} == {"MULTI_ROLE"}
     gpus = config.model_copy(update={"gpus": True})
-    info = mesos_backend(gpus, broker_options(gpus))._framework_info()
+    info = make_backend(gpus, broker_options(gpus))._framework_info()
     assert {c["type"] for c in info["capabilities"]} == {"MULTI_ROLE", "GPU_RESOURCES"}
 
 

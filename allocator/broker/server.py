@@ -46,6 +46,15 @@ class BrokerOptions:
     http_limits: HttpLimits = field(default_factory=HttpLimits)  # tenant API and /metrics
 
 
+def local_backend(options: BrokerOptions) -> Backend:
+    """The embedded cluster (allocator/backends/local.py): `options.agents`, else the agents
+    of `options.cluster_file`, with each executor's files under the state dir's agents/."""
+    agents = options.agents or load_cluster_file(options.cluster_file)
+    return LocalCluster(
+        agents, Path(options.state_dir) / "agents", env_policy=options.limits.executor_env
+    )
+
+
 class BrokerService:
     """Start with `start()` (or `with BrokerService(options) as service:`), stop with `stop()`."""
 
@@ -53,10 +62,7 @@ class BrokerService:
         self.options = options
         state_dir = Path(options.state_dir)
         if backend is None:
-            agents = options.agents or load_cluster_file(options.cluster_file)
-            backend = LocalCluster(
-                agents, state_dir / "agents", env_policy=options.limits.executor_env
-            )
+            backend = local_backend(options)
         store = Store(
             state_dir / "broker.sqlite" if options.persist else None, options.state_recover
         )
