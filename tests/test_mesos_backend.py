@@ -441,7 +441,7 @@ def test_adopted_agents_get_their_hostname_from_the_master_before_any_offer(
     master's /master/slaves (here the test master's) and names them at once."""
     import requests
     from mesos_master import AgentSpec, MesosMaster
-    from support.spark import wait_for
+    from support.polling import wait_for
 
     spec = AgentSpec("a1", {"cpus": 8, "mem": 4096}, hostname="127.0.4.7")
     with MesosMaster([spec], work_dir=tmp_path / "mesos") as master:

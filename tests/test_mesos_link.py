@@ -23,8 +23,8 @@ import pytest
 import yaml
 from mesos_master import AgentSpec, MesosMaster
 from support.commands import run_fairbroker
+from support.polling import wait_for
 from support.promtool import series, tool
-from support.spark import wait_for
 
 from allocator.backends.local import spark_home
 from allocator.backends.mesos import MesosBackend, MesosOptions

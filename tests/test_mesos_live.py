@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from mesos_master import AgentSpec, MesosMaster
 from support.mesos import PI_CONF, mesos_broker
-from support.spark import HOSTS_JOB, Driver, executor_processes, wait_for
+from support.polling import wait_for
+from support.spark import HOSTS_JOB, Driver, executor_processes
 
 from allocator.broker.proto import pb
 from allocator.policy import PAPER_SCHEDULERS

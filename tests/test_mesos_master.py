@@ -23,14 +23,8 @@ from typing import Any
 import pytest
 from mesos_master import AgentSpec, MesosMaster, SchedulerStream
 from mesos_master.wire import RecordIODecoder, encode_record
-from support.real_mesos import (
-    SKIP_REASON,
-    RealMesos,
-    describe,
-    mesos_home,
-    processes_under,
-    wait_until,
-)
+from support.polling import wait_for
+from support.real_mesos import SKIP_REASON, RealMesos, describe, mesos_home, processes_under
 
 from allocator.backends.base import AgentInfo
 
@@ -567,7 +561,7 @@ def test_suppress_and_revive_by_role_seen_on_the_stream(master: MesosMaster, sub
                 "offer_ids": [{"value": offer_id}], "filters": {"refuse_seconds": 0}})  # fmt: skip
             assert code == 202
             declined.add(offer_id)
-        wait_until(lambda: not outstanding_offers(master), 5, "the declines to be processed")
+        wait_for(lambda: not outstanding_offers(master), 5, "the declines to be processed")
     time.sleep(0.5)  # five allocation intervals: a suppressed framework gets nothing new
     late = {o["id"]["value"] for e in stream.unread("OFFERS") for o in e["offers"]["offers"]}
     assert late <= declined and not outstanding_offers(master), (late, declined)
@@ -649,7 +643,7 @@ def test_updates_come_one_at_a_time_each_after_the_previous_ack(
         assert framework["tasks"] == [] or framework["tasks"][0]["id"] == "echo"
         return [t["id"] for t in framework["completed_tasks"]]
 
-    wait_until(lambda: completed() == ["echo"], 10, "echo among the completed tasks")
+    wait_for(lambda: completed() == ["echo"], 10, "echo among the completed tasks")
 
 def test_command_exit_status_environment_and_arguments(master: MesosMaster, subscribe) -> None:
     stream = subscribe()
@@ -720,8 +714,8 @@ def test_kill_honours_the_grace_period_seen_from_outside(
     for task_id in ("stubborn", "polite"):
         for state in ("TASK_STARTING", "TASK_RUNNING"):
             ack(stream, next_update(stream, task_id, state))
-    wait_until(lambda: child.exists() and pid.exists() and child.read_text().strip()
-               and pid.read_text().strip(), 10, "the stubborn task's pids")  # fmt: skip
+    wait_for(lambda: child.exists() and pid.exists() and child.read_text().strip()
+             and pid.read_text().strip(), 10, "the stubborn task's pids")  # fmt: skip
     pids = [int(path.read_text()) for path in (pid, child)]
     for task_id in ("stubborn", "polite"):
         assert stream.framework_call("KILL", kill={"task_id": {"value": task_id}})[0] == 202
@@ -735,7 +729,7 @@ def test_kill_honours_the_grace_period_seen_from_outside(
     killed = next_update(stream, "stubborn", "TASK_KILLED", timeout=10)
     assert time.monotonic() - asked >= 0.25  # it ignored SIGTERM for the grace period
     assert killed["message"] == "Command terminated with signal Killed"
-    wait_until(lambda: not any(alive(p) for p in pids), 10, "the task's processes to die")
+    wait_for(lambda: not any(alive(p) for p in pids), 10, "the task's processes to die")
 
 @BOTH
 def test_kill_of_unknown_task_is_answered_by_reconciliation(master: MesosMaster, subscribe) -> None:
@@ -860,14 +854,14 @@ def test_teardown_kills_the_tasks_and_removes_the_framework_seen_from_outside(
     launch(stream, [offer], [task_info("victim", offer, f"echo $$ > {pid_file}; exec sleep 60")])
     for state in ("TASK_STARTING", "TASK_RUNNING"):
         ack(stream, next_update(stream, "victim", state))
-    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), 10,
-               "the task to write its pid")  # fmt: skip
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 10,
+             "the task to write its pid")  # fmt: skip
     pid = int(pid_file.read_text())
     assert alive(pid)
     fid = stream.framework_id
     assert stream.framework_call("TEARDOWN") == (202, "")
     assert stream.ended.wait(5) and stream.clean_end
-    wait_until(lambda: not alive(pid), 15, "the task's process to be killed")
+    wait_for(lambda: not alive(pid), 15, "the task's process to be killed")
     code, _ = stream.framework_call("REVIVE")
     assert code == 400
 
@@ -878,8 +872,8 @@ def test_teardown_kills_the_tasks_and_removes_the_framework_seen_from_outside(
         return [(f["id"], t["id"], t["state"]) for f in state["completed_frameworks"]
                 for t in [*f.get("tasks", []), *f.get("completed_tasks", [])]]  # fmt: skip
 
-    wait_until(lambda: completed() == [(fid, "victim", "TASK_KILLED")], 10,
-               "the torn-down framework's task to be TASK_KILLED in /master/state")  # fmt: skip
+    wait_for(lambda: completed() == [(fid, "victim", "TASK_KILLED")], 10,
+             "the torn-down framework's task to be TASK_KILLED in /master/state")  # fmt: skip
     again = SchedulerStream(master.address, FRAMEWORK, framework_id=fid).open()
     try:
         assert again.next_event()["error"]["message"] == "Framework has been removed"

@@ -11,18 +11,18 @@ import requests
 from support.broker import engine_from
 from support.commands import run_fairbroker
 from support.mesos import PI_CONF, mesos_broker
+from support.polling import free_port, wait_for
 from support.real_mesos import (
     SKIP_REASON,
     ZK_SKIP_REASON,
     RealMesos,
     ZooKeeper,
     describe,
-    free_port,
     mesos_home,
     processes_under,
     zookeeper_available,
 )
-from support.spark import HOSTS_JOB, Driver, executor_processes, wait_for
+from support.spark import HOSTS_JOB, Driver, executor_processes
 
 from allocator.scenarios.cluster_file import load_cluster_file
 

@@ -468,14 +468,8 @@ def test_every_call_the_broker_makes_is_well_formed_and_taken_by_a_real_master(
     """The same run as above against a real Mesos 1.11.0 master and two real agents, the
     calls recorded as pymesos sends them: every body has the proto shape, the real master
     answers none with an error, and no launch is lost or repeated."""
-    from support.real_mesos import (
-        SKIP_REASON,
-        RealMesos,
-        describe,
-        mesos_home,
-        processes_under,
-        wait_until,
-    )
+    from support.polling import wait_for
+    from support.real_mesos import SKIP_REASON, RealMesos, describe, mesos_home, processes_under
 
     from allocator.backends.base import AgentInfo
 
@@ -491,17 +485,17 @@ def test_every_call_the_broker_makes_is_well_formed_and_taken_by_a_real_master(
 
         running = lambda: master.tasks("TASK_RUNNING")  # noqa: E731
         with live_broker(tmp_path, master, recording_driver_factory(calls)) as broker:  # type: ignore[arg-type]
-            wait_until(lambda: any(f["active"] for f in master.frameworks()), 20,
-                       "the broker to subscribe")  # fmt: skip
+            wait_for(lambda: any(f["active"] for f in master.frameworks()), 20,
+                     "the broker to subscribe")  # fmt: skip
             request = tenant("pi", 2, 1024, target=2)
             request.launch.driver_url = "spark://CoarseGrainedScheduler@127.0.0.1:1"
             broker.register(request)
-            wait_until(lambda: state_of("pi.1") == "TASK_FAILED", 30, "the failed task pi.1")
-            wait_until(lambda: len(running()) == 2, 30, "two running tasks")
+            wait_for(lambda: state_of("pi.1") == "TASK_FAILED", 30, "the failed task pi.1")
+            wait_for(lambda: len(running()) == 2, 30, "two running tasks")
             broker.kill("pi", ["2"])
-            wait_until(lambda: state_of("pi.2") == "TASK_KILLED", 30, "the killed task pi.2")
-            wait_until(lambda: len(running()) == 2, 30, "the replacement of the killed task")
-        wait_until(lambda: any(c[0] == "TEARDOWN" for c in calls), 10, "the teardown")
+            wait_for(lambda: state_of("pi.2") == "TASK_KILLED", 30, "the killed task pi.2")
+            wait_for(lambda: len(running()) == 2, 30, "the replacement of the killed task")
+        wait_for(lambda: any(c[0] == "TEARDOWN" for c in calls), 10, "the teardown")
     left = processes_under(tmp_path / "real")
     assert not left, f"processes outlived the real master: {describe(left)}"
 

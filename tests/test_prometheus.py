@@ -6,7 +6,6 @@ and every query of the Grafana dashboard is valid PromQL that Prometheus evaluat
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support.broker import PI, WORDCOUNT, RecordingBackend, request
+from support.polling import free_port, wait_for
 from support.promtool import series, tool
 
 from allocator.broker.client import BrokerClient
@@ -29,22 +29,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 MIB = 1 << 20
 TIMEOUT = 20.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_for(what: str, check, timeout: float = TIMEOUT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 @contextmanager
@@ -112,7 +96,7 @@ def settle(service: BrokerService) -> pb.Allocation:
         seen.append(service.broker.info().grants_total)
         return len(seen) > 3 and seen[-1] == seen[-4] and seen[-1] > 0
 
-    wait_for("the allocation to settle", stable)
+    wait_for(stable, TIMEOUT, "the allocation to settle")
     return service.broker.allocation()
 
 
@@ -149,7 +133,9 @@ def live(tmp_path_factory) -> Iterator[tuple[pb.Allocation, str]]:
         allocation = service.broker.allocation()
         settled_at = time.time()
         with prometheus(service.metrics_address, tmp) as server:
-            wait_for("a scrape of the settled broker", lambda: scraped_after(server, settled_at))
+            wait_for(
+                lambda: scraped_after(server, settled_at), TIMEOUT, "a scrape of the settled broker"
+            )
             yield allocation, server
 
 
@@ -222,7 +208,7 @@ def test_the_alert_rules_evaluate_on_live_data(live) -> None:
         done = all(r.get("lastEvaluation", "").startswith("20") for r in rules)
         return rules if rules and done else None
 
-    rules = wait_for("every alert rule to be evaluated", evaluated)
+    rules = wait_for(evaluated, TIMEOUT, "every alert rule to be evaluated")
     assert {r["name"] for r in rules} >= {"FairbrokerTenantStarved", "FairbrokerDown"}
     assert all(r["health"] == "ok" for r in rules), [(r["name"], r.get("lastError")) for r in rules]
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.polling import wait_for
 
 from allocator.scenarios.spark_demand import executor_demand
 from spark_shim.jvm import build
@@ -165,14 +166,6 @@ def process_group(argv: list[str], env: dict[str, str], log: Path) -> Iterator[s
             process.wait(timeout=30)
 
 
-def wait_until(check: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.1)
-
-
 # Several SparkContexts, one after another, in one driver JVM: each registers and stops.
 AGREEMENT_SCRIPT = """
 import json, sys
@@ -311,7 +304,7 @@ def test_submitted_driver_registers_heartbeats_and_unregisters(jar: Path, tmp_pa
             },
         )
         with process_group(plan.argv, plan.env, tmp_path / "driver.log") as driver:
-            wait_until(lambda: len(stub.bodies("Register")) >= 2, 180, "a second Register")
+            wait_for(lambda: len(stub.bodies("Register")) >= 2, 180, "a second Register", every=0.1)
             release.touch()
             assert driver.wait(timeout=120) == 0
         calls = [(m, body) for m, body, _ in stub.calls if m != "Heartbeat"]

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from support.broker import engine_from
-from support.spark import HOSTS_JOB, Driver, executor_processes, free_port, wait_for
+from support.polling import free_port, wait_for
+from support.spark import HOSTS_JOB, Driver, executor_processes
 
 from allocator.backends.base import AgentInfo
 from allocator.broker.client import BrokerClient

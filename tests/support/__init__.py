@@ -7,6 +7,7 @@ pytest puts tests/ on the path):
 - commands.py: `fairbroker` as a subprocess and its one-line errors
 - fake_submit.py: a stand-in for spark-submit
 - promtool.py: Prometheus's tools and promtool input series
+- polling.py: a free loopback port, and waiting until a check holds
 - spark.py: real Spark drivers and their executors
 - real_mesos.py: a real Apache Mesos master and agents
 

@@ -26,7 +26,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from typing import Any
 import requests
 
 from allocator.backends.base import AgentInfo
+from support.polling import free_port, wait_for
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 VERSION = "1.11.0"
@@ -60,23 +61,6 @@ def mesos_home() -> Path | None:
         if os.access(home / "bin" / "mesos-master", os.X_OK):
             return home
     return None
-
-
-def free_port(ip: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((ip, 0))
-        return s.getsockname()[1]
-
-
-def wait_until(check: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
 
 
 def describe(pids: list[int]) -> list[str]:
@@ -151,7 +135,7 @@ class ZooKeeper:
             start_new_session=True, cwd=self.work_dir,
         )  # fmt: skip
         try:
-            wait_until(self._serves, 60, f"ZooKeeper on 127.0.0.1:{self.port} to serve")
+            wait_for(self._serves, 60, f"ZooKeeper on 127.0.0.1:{self.port} to serve")
         except BaseException:
             self.stop()
             raise
@@ -263,8 +247,8 @@ class RealMesos:
         ])  # fmt: skip
         # with ZooKeeper a restarted master waits for the killed one's session to expire
         # (--zk_session_timeout, 10 s by default) before it is elected
-        wait_until(self._master_answers, 60 if self.zk else 30,
-                   f"the Mesos master on {self.address} to answer as the leader")  # fmt: skip
+        wait_for(self._master_answers, 60 if self.zk else 30,
+                 f"the Mesos master on {self.address} to answer as the leader")  # fmt: skip
 
     def _master_answers(self) -> bool:
         if self._master is not None and self._master.poll() is not None:
@@ -307,7 +291,7 @@ class RealMesos:
 
     def wait_agents(self, names: set[str], timeout: float = 60) -> None:
         hosts = {self.agent_specs[n].hostname for n in names}
-        wait_until(
+        wait_for(
             lambda: hosts <= {a["hostname"] for a in self.state()["slaves"] if a["active"]},
             timeout, f"agents {sorted(names)} to be registered and active",
         )  # fmt: skip

@@ -6,11 +6,8 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from spark_shim.submit import spark_submit_command
@@ -18,12 +15,6 @@ from spark_shim.submit import spark_submit_command
 HERE = Path(__file__).resolve().parents[1]  # tests/
 HOSTS_JOB = HERE / "spark_apps" / "hosts_job.py"
 QUIET_CONF = {"spark.ui.enabled": "false", "spark.log.level": "WARN"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def executor_processes(marker: str) -> list[int]:
@@ -40,16 +31,6 @@ def executor_processes(marker: str) -> list[int]:
         if "CoarseGrainedExecutorBackend" in cmdline and (marker in cmdline or marker in cwd):
             pids.append(int(entry.name))
     return pids
-
-
-def wait_for(check: Callable[[], object], timeout: float, what: str, every: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 class Driver:
