@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from google.protobuf.json_format import MessageToDict
 from support.fake_submit import FakePlan, FakeSubmit
+from support.polling import wait_for
 
 from allocator.batch import run_live_batch
 from allocator.batch.allocation import parse_allocation
@@ -293,7 +294,9 @@ def test_wrong_answers_failures_and_timeouts_are_recorded(tmp_path: Path):
     assert details["pi-q1-j1"] == (False, None, "timed out")
     assert details["pi-q0-j1"][0] and details["wordcount-q0-j0"][0]
     assert [j.name for j in result.failures] == ["pi-q0-j0", "pi-q1-j0", "pi-q1-j1"]
-    assert not any(alive(pid) for pid in submit.pids())  # the timed-out job's child too
+    # the timed-out job's child too: it was SIGKILLed, and dies (is reaped by init) within
+    # moments; left alone it would sleep for two minutes
+    wait_for(lambda: not any(alive(pid) for pid in submit.pids()), 5, "the jobs' processes to end")
     summary = result.render_summary()
     assert "no allocation samples" in summary
     assert "failed: pi-q1-j1: timed out" in summary
