@@ -39,6 +39,9 @@ class ExactAllocation:
     iterations: int = 0  # LP rounds, or sweeps over the agents for the per-server games
     converged: bool = True
     notes: list[str] = field(default_factory=list)
+    #: alpha-psdsf: the largest relative violation of the equilibrium conditions (its
+    #: certificate, allocator/exact/alpha_kkt.py); None for the other policies.
+    kkt_violation: float | None = None
 
     @property
     def totals(self) -> np.ndarray:
