@@ -276,8 +276,9 @@ def render(report: dict) -> str:
     lines += [
         "",
         "Violations (instances where the property failed, out of those judged; in brackets "
-        "how many of them are alpha-psdsf runs that stopped at the sweep cap without a fixed "
-        "point):",
+        "how many of them are alpha-psdsf runs not certified as an equilibrium (certificate "
+        "above 1e-8, `converged` false; the key `violations_at_sweep_cap` keeps its old "
+        "name)):",
         "",
         "| policy | SI | EF | PO | BF | Def4 |",
         "|---|---|---|---|---|---|",
@@ -288,14 +289,14 @@ def render(report: dict) -> str:
         for prop in PROPERTIES:
             text = f"{len(row.get(prop, []))} / {judged[policy][prop]}"
             if policy in report["not_converged_instances"]:
-                text += f" ({capped.get(prop, 0)} capped)"
+                text += f" ({capped.get(prop, 0)} not certified)"
             cells.append(text)
         lines.append(f"| {policy} | " + " | ".join(cells) + " |")
     capped_runs = {p: len(ks) for p, ks in report["not_converged_instances"].items()}
     po_unknown = {p: row["PO"] for p, row in report["unknown"].items() if "PO" in row}
     lines += [
         "",
-        f"alpha-psdsf runs that stopped at the sweep cap (no fixed point): {capped_runs or 0}",
+        f"alpha-psdsf runs not certified as an equilibrium: {capped_runs or 0}",
         f"PO unknown (Pareto MILP at its time limit or failed; not counted): {po_unknown or 0}",
         "",
         "`properties.json` lists every violating instance by index (`violating_instances`; "
