@@ -12,7 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import LinearConstraint, linprog, milp, minimize
 from scipy.sparse import coo_array
-from support.instances import clusters
+from support.instances import clusters, make_cluster
 
 from allocator.errors import ScenarioError
 from allocator.exact import solve
@@ -351,14 +351,19 @@ def _kkt_violation_from_x(cluster: Cluster, x: np.ndarray, alpha: float) -> floa
             * totals[users] ** -alpha
         )  # fmt: skip
         coefficient = cluster.demand[users] / marginal[:, None]
-        coefficient /= coefficient.max()  # one scale per agent keeps the LP well scaled
+        # each resource's price in its own unit (p'_r = p_r x the column's largest entry):
+        # at large alpha the marginal utilities on one agent span many orders of magnitude
+        column = coefficient.max(axis=0)
+        coefficient = np.divide(
+            coefficient, column, out=np.zeros_like(coefficient), where=column > 0
+        )
         full = used[i] >= cluster.capacity[i] * (1 - 1e-7)
         served = x[users, i] > 1e-7 * totals[users]
         limited = totals[users] >= cluster.max_tasks[users] * (1 - 1e-9)
         n_r = len(cluster.resources)
         rows, bounds = [], []
         for k in range(len(users)):
-            # price / marginal = coefficient . p' in [1 - t, 1 + t] (p' = p x the scale)
+            # price / marginal = coefficient . p' in [1 - t, 1 + t]
             if not limited[k]:
                 rows.append(np.r_[-coefficient[k], -1.0])
                 bounds.append(-1.0)

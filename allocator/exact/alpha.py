@@ -215,6 +215,13 @@ def _newton(
     system = AlphaKKT(cluster, alpha, level, np.maximum(x.sum(axis=1), 1e-12))
     z, steps = system.solve(system.pack(x, prices))
     polished, polished_prices = system.unpack(z)
+    # Newton's last residual may leave an agent over capacity by a rounding error: scale
+    # that agent's tasks down so every answer is feasible.
+    used = polished.T @ cluster.demand
+    over = np.divide(
+        used, cluster.capacity, out=np.zeros_like(used), where=cluster.capacity > 0
+    ).max(axis=1)
+    polished = polished / np.maximum(over, 1.0)
     return polished, certificate(cluster, alpha, polished, polished_prices, level), steps, start
 
 

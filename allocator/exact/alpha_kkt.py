@@ -70,10 +70,10 @@ class Certificate:
     """How far x is from an equilibrium, with the prices that show it.
 
     `violation` is the largest of: a framework's marginal utility above an agent's price
-    for it (relative to the marginal utility), a served framework's price above its
-    marginal utility (unless it is at its task limit), a price on a resource with free
-    capacity (the price's share of the agent's priced capacity), and usage above capacity
-    (relative); `converged` means violation <= KKT_TOLERANCE.
+    for it (relative to the marginal utility), for a served framework min(its price above
+    its marginal utility (relative), x_{n,i} / x_n) unless it is at its task limit, and usage
+    above capacity (relative); prices count only on full resources (at most
+    SUPPORT_TOLERANCE of the capacity free). `converged` means violation <= KKT_TOLERANCE.
     """
 
     violation: float
@@ -122,6 +122,14 @@ class AlphaKKT:
             - np.log(self.reference[self.pn])
         )
         self.w = np.exp(np.clip(log_w, -600, 600))
+        # Each price's own scale: the smallest price that alone would pay for a framework
+        # using the resource (at omega = 1). At large alpha the frameworks on one agent can
+        # have marginal utilities orders of magnitude apart, and a resource only the
+        # low-marginal ones use must still count as priced or free on its own scale.
+        unit = np.full((self.n_a, self.n_r), np.inf)
+        with np.errstate(divide="ignore"):
+            np.minimum.at(unit, self.pa, np.where(self.e > 0, self.w[:, None] / self.e, np.inf))
+        self.price_scale = np.clip(np.where(np.isfinite(unit), unit, 1.0), 1e-300, 1e300)
         self.cap = cluster.max_tasks
         self.capped = np.isfinite(self.cap) & self.live
         self.ref_pair = self.reference[self.pn]
@@ -140,7 +148,8 @@ class AlphaKKT:
         pair, pair_da, pair_db = _fb(xs, g, mu)
         slack = np.ones((self.n_a, self.n_r))
         np.subtract.at(slack, self.pa, self.usage * (xs * self.ref_pair)[:, None])
-        res, res_da, res_db = _fb(m, slack, mu)
+        res, res_da, res_db = _fb(m / self.price_scale, slack, mu)
+        res_da = res_da / self.price_scale
         res = np.where(self.used, res, m)
         res_da = np.where(self.used, res_da, 1.0)
         res_db = np.where(self.used, res_db, 0.0)
@@ -218,7 +227,7 @@ class AlphaKKT:
         # resource rows (prices regularised too: an agent whose full resources are priced by
         # fewer served frameworks than resources has a line of equilibrium prices)
         all_m = n_s + n_f + np.arange(n_a * n_r)
-        add(all_m, all_m, (q["res_da"] + q["res_db"] * prox).ravel())
+        add(all_m, all_m, (q["res_da"] + q["res_db"] * prox / self.price_scale).ravel())
         add(row_res[ks], np.repeat(slot[ks, None], n_r, axis=1), hh[ks])
         add(
             np.repeat(row_res[g], n_r, axis=1),
@@ -314,11 +323,9 @@ def certificate(
     worst = max(worst, float(np.max(-x, initial=0.0) / max(1.0, total.max(initial=1.0))))
     if (live & ~(total > 0)).any():
         return Certificate(np.inf)
-    priced = np.where(capacity > 0, prices, 0.0)
-    mass = priced.sum(axis=1, keepdims=True)
-    share = np.divide(priced, mass, out=np.zeros_like(priced), where=mass > 0)
-    free = np.maximum(1.0 - ratio, 0.0)
-    worst = max(worst, float(np.max(np.minimum(share, free), initial=0.0)))
+    # A price on a resource with free capacity is no price: complementarity, exactly.
+    full = ratio >= 1.0 - SUPPORT_TOLERANCE
+    prices = np.where(full & (capacity > 0), prices, 0.0)
     n_idx, a_idx = np.nonzero((gamma > 0) & live[:, None])
     if len(n_idx) == 0:
         return Certificate(worst)
