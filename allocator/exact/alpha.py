@@ -33,6 +33,7 @@ alpha_kkt.KKT_TOLERANCE.
 from __future__ import annotations
 
 import numpy as np
+from scipy.optimize import nnls
 
 from allocator.exact.alpha_kkt import KKT_TOLERANCE, AlphaKKT, Certificate, certificate
 from allocator.exact.common import ExactAllocation
@@ -201,7 +202,35 @@ def _prices(game: ServerGame, x: np.ndarray, alpha: float) -> tuple[np.ndarray, 
         if len(piece.users):
             best_response(piece, totals[piece.users] - x[piece.users, piece.agent], alpha, fresh)
             prices[piece.agent], level[piece.agent] = fresh[piece.agent]
+            mine = x[piece.users, piece.agent]
+            fitted = _fitted_prices(piece, mine, totals[piece.users], alpha, level[piece.agent])
+            if fitted is not None:
+                prices[piece.agent] = fitted
     return prices, level
+
+
+def _fitted_prices(
+    piece: ServerSlice, mine: np.ndarray, totals: np.ndarray, alpha: float, level: float
+) -> np.ndarray | None:
+    """Scaled prices (units of `level`) on the agent's full resources that best equal the
+    served frameworks' marginal utilities, relative (non-negative least squares): where a
+    best response ends at the agent's capacity its dual prices only bound the marginals."""
+    served = mine > 1e-9 * np.maximum(totals, 1e-300)
+    if not served.any():
+        return None
+    used = mine @ piece.demand
+    full = (piece.capacity > 0) & (used >= piece.capacity * (1 - 1e-7))
+    if not full.any():
+        return None
+    e = piece.demand[served][:, full] * piece.gamma[served, None] / piece.capacity[full]
+    log_marginal = -alpha * np.log(
+        totals[served] / (piece.weight[served] * piece.gamma[served] * level)
+    )
+    scale = np.exp(np.clip(-log_marginal, -700, 700))  # rows relative: divide by marginal
+    fitted, _ = nnls(e * scale[:, None], np.ones(served.sum()))
+    prices = np.zeros(len(piece.capacity))
+    prices[full] = fitted
+    return prices
 
 
 def _newton(

@@ -53,6 +53,8 @@ KKT_TOLERANCE = 1e-8
 #: x_{n,i} at most this fraction of x_n counts as "not served" in the certificate, and a
 #: resource with less than this fraction of its capacity free counts as full.
 SUPPORT_TOLERANCE = 1e-9
+#: A resource with at most this fraction of its capacity free counts as full (may be priced).
+FULL_TOLERANCE = 1e-7
 NEWTON_STEPS = 100
 #: Newton stops when every equation holds to this (absolute, in the scaled units above).
 RESIDUAL_TOLERANCE = 1e-13
@@ -73,7 +75,7 @@ class Certificate:
     for it (relative to the marginal utility), for a served framework min(its price above
     its marginal utility (relative), x_{n,i} / x_n) unless it is at its task limit, and usage
     above capacity (relative); prices count only on full resources (at most
-    SUPPORT_TOLERANCE of the capacity free). `converged` means violation <= KKT_TOLERANCE.
+    FULL_TOLERANCE of the capacity free). `converged` means violation <= KKT_TOLERANCE.
     """
 
     violation: float
@@ -324,7 +326,7 @@ def certificate(
     if (live & ~(total > 0)).any():
         return Certificate(np.inf)
     # A price on a resource with free capacity is no price: complementarity, exactly.
-    full = ratio >= 1.0 - SUPPORT_TOLERANCE
+    full = ratio >= 1.0 - FULL_TOLERANCE
     prices = np.where(full & (capacity > 0), prices, 0.0)
     n_idx, a_idx = np.nonzero((gamma > 0) & live[:, None])
     if len(n_idx) == 0:
