@@ -50,6 +50,7 @@ def solve_report(cluster, policy: str, alpha: float, integer: bool, seed: int) -
         "alpha": alpha if name == "alpha-psdsf" else None,
         "converged": result.converged,
         "iterations": result.iterations,
+        "kkt_violation": result.kkt_violation,
         "tasks": _per_pair(cluster, result.tasks),
         "total": round(float(result.tasks.sum()), 6),
         "utilization": _utilization(cluster, result.tasks),
@@ -83,7 +84,11 @@ def solve_report(cluster, policy: str, alpha: float, integer: bool, seed: int) -
 def _render(cluster, report: dict[str, Any]) -> str:
     alpha = f", alpha {report['alpha']}" if report["alpha"] is not None else ""
     state = "converged" if report["converged"] else "NOT converged"
-    lines = [f"{report['policy']}{alpha}: {state} after {report['iterations']} iteration(s)"]
+    certificate = report["kkt_violation"]
+    proof = f" (largest KKT violation {certificate:.1e})" if certificate is not None else ""
+    lines = [
+        f"{report['policy']}{alpha}: {state} after {report['iterations']} iteration(s){proof}"
+    ]
     columns = [("divisible x_{n,i}", report["tasks"], ".4f")]
     if "integer" in report:
         columns += [

@@ -53,7 +53,16 @@ def test_solve_text_and_alpha():
     assert "total tasks: 20.0000" in done.stdout
     done = run_fairbroker("solve", str(DATA / "paper001-fig1.yaml"), "-p", "alpha-psdsf", "--json")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["alpha"] == 3.0  # the default when --alpha is not given
+    out = json.loads(done.stdout)
+    assert out["alpha"] == 3.0  # the default when --alpha is not given
+    assert out["converged"] and 0 <= out["kkt_violation"] <= 1e-8  # the certificate's bound
+
+
+def test_solve_reports_the_certificate_only_for_alpha_psdsf():
+    text = run_fairbroker("solve", str(DATA / "paper001-fig1.yaml"), "-p", "alpha-psdsf")
+    assert "(largest KKT violation " in text.stdout, text.stderr
+    done = run_fairbroker("solve", str(DATA / "paper001-fig1.yaml"), "-p", "drfh", "--json")
+    assert json.loads(done.stdout)["kkt_violation"] is None
 
 
 @pytest.mark.parametrize(
