@@ -199,13 +199,20 @@ def test_broker_restart_mid_job_loses_nothing_and_leaks_nothing(tmp_path: Path) 
             name="restart", conf=PI_CONF,
         )  # fmt: skip
         wait_for(lambda: len(running()) == 2, 120, "two executors")
-        before = sorted(executor_processes(str(state)))
+
+        def two_jvms() -> list[int] | None:
+            pids = sorted(executor_processes(str(state), jvms_only=True))
+            return pids if len(pids) == 2 else None
+
+        # the broker reports an executor running once spawned; its JVM may still be starting
+        before = wait_for(two_jvms, 60, "two executor JVMs")
         broker.send_signal(signal.SIGKILL)  # a crash, mid-job
         broker.wait(timeout=10)
         broker = _serve(port, grpc_port, state, log)
         # re-adopted, counted once: the same two executors, no new launches
         assert wait_for(lambda: sorted(running()), 60, "re-adopted executors") == ["1", "2"]
-        assert sorted(executor_processes(str(state))) == before
+        assert sorted(executor_processes(str(state), jvms_only=True)) == before
+        assert sorted(executor_processes(str(state))) == before  # no launcher left either
         code, result = driver.wait()
         assert code == 0, driver.output()
         assert result["sum"] == sum(range(40))

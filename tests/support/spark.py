@@ -17,8 +17,12 @@ HOSTS_JOB = HERE / "spark_apps" / "hosts_job.py"
 QUIET_CONF = {"spark.ui.enabled": "false", "spark.log.level": "WARN"}
 
 
-def executor_processes(marker: str) -> list[int]:
-    """Pids of Spark executors whose command line or working directory mentions `marker`."""
+def executor_processes(marker: str, jvms_only: bool = False) -> list[int]:
+    """Pids of Spark executors whose command line or working directory mentions `marker`.
+
+    While an executor starts, `spark-class` (bash) and Spark's launcher JVM
+    (org.apache.spark.launcher.Main) also carry the executor's class in their command lines;
+    `jvms_only` leaves those out and counts the executor JVMs alone."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -26,10 +30,15 @@ def executor_processes(marker: str) -> list[int]:
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             cwd = os.readlink(entry / "cwd")
+            exe = os.readlink(entry / "exe") if jvms_only else ""
         except OSError:
             continue
-        if "CoarseGrainedExecutorBackend" in cmdline and (marker in cmdline or marker in cwd):
-            pids.append(int(entry.name))
+        mentioned = marker in cmdline or marker in cwd
+        if "CoarseGrainedExecutorBackend" not in cmdline or not mentioned:
+            continue
+        if jvms_only and (Path(exe).name != "java" or "org.apache.spark.launcher.Main" in cmdline):
+            continue
+        pids.append(int(entry.name))
     return pids
 
 
