@@ -60,10 +60,11 @@ test: install system-deps deploy-tools mesos
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q
 
-# The inner loop: everything but the tests of real components (`live` marker, tests/conftest.py).
+# The inner loop: everything but the tests of real components (`live` marker, tests/conftest.py),
+# one pytest worker per core (pytest-xdist).
 test-fast: install
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -q -m 'not slow and not live'
+	$(VENV)/bin/pytest -q -n auto -m 'not slow and not live'
 
 # The long real-cluster tests (`slow` marker) that `make test` leaves out.
 test-slow: install system-deps mesos
