@@ -161,11 +161,20 @@ def _leximin_by_tests(cluster: Cluster, w: np.ndarray) -> np.ndarray:
     level = np.zeros(n_f)
     active = cluster.eligible.any(axis=1)
 
-    def best(cost: np.ndarray, rows: np.ndarray, low: np.ndarray) -> float:
-        extra = LinearConstraint(rows, low, np.inf)
-        return -milp(cost, constraints=[constraint, extra], bounds=bounds).fun
+    def best(cost: np.ndarray, rows: np.ndarray, low: np.ndarray) -> tuple[float, float]:
+        # HiGHS's level t may overshoot by its feasibility tolerance, making the floors
+        # infeasible together: relax them step by step until the LP has a solution (the
+        # best value, and the slack it needed, which the caller allows for)
+        for slack in (0.0, 1e-8, 1e-7, 1e-6):
+            extra = LinearConstraint(rows, low * (1 - slack), np.inf)
+            found = milp(cost, constraints=[constraint, extra], bounds=bounds)
+            if found.fun is not None:
+                return -found.fun, slack
+        raise AssertionError(f"floors infeasible even relaxed by 1e-6: {found.message}")
 
-    while active.any():
+    for _ in range(n_f):  # each round fixes at least one framework's level
+        if not active.any():
+            break
         # max t with v_n - t >= 0 for active n and v_m >= level_m for the rest (t last)
         rows = np.hstack([per, -active[:, None].astype(float)])
         low = np.where(active, 0.0, level * (1 - 1e-9))
@@ -180,9 +189,12 @@ def _leximin_by_tests(cluster: Cluster, w: np.ndarray) -> np.ndarray:
             bounds=(0, np.inf),
         ).fun
         floor = np.where(active, t, level) * (1 - 1e-9)
-        stuck = [
-            n for n in np.flatnonzero(active) if best(-per[n], per, floor) <= t * (1 + 1e-7) + 1e-12
-        ]
+        stuck = []
+        for n in np.flatnonzero(active):
+            value, slack = best(-per[n], per, floor)
+            if value <= t * (1 + 1e-7 + 1e3 * slack) + 1e-12:
+                stuck.append(n)
+        assert stuck, f"no framework is stuck at level {t}"
         level[stuck] = t
         active[stuck] = False
     return level
