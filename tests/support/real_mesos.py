@@ -35,6 +35,7 @@ import requests
 
 from allocator.backends.base import AgentInfo
 from support.polling import free_port, wait_for
+from support.processes import processes
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 VERSION = "1.11.0"
@@ -75,18 +76,12 @@ def describe(pids: list[int]) -> list[str]:
 def processes_under(root: Path) -> list[int]:
     """Pids (not ours) whose working directory or command line lies under `root`."""
     marker, mine = str(root), os.getpid()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == mine:
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            cwd = os.readlink(entry / "cwd")
-        except OSError:
-            continue
-        if (cwd.startswith(marker) or marker in cmdline) and _alive(entry):
-            pids.append(int(entry.name))
-    return pids
+    return [
+        int(entry.name)
+        for entry, cmdline, cwd in processes()
+        if int(entry.name) != mine and (cwd.startswith(marker) or marker in cmdline)
+        and _alive(entry)
+    ]  # fmt: skip
 
 
 def _alive(entry: Path) -> bool:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from spark_shim.submit import spark_submit_command
+from support.processes import processes
 
 HERE = Path(__file__).resolve().parents[1]  # tests/
 HOSTS_JOB = HERE / "spark_apps" / "hosts_job.py"
@@ -24,22 +25,21 @@ def executor_processes(marker: str, jvms_only: bool = False) -> list[int]:
     (org.apache.spark.launcher.Main) also carry the executor's class in their command lines;
     `jvms_only` leaves those out and counts the executor JVMs alone."""
     pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            cwd = os.readlink(entry / "cwd")
-            exe = os.readlink(entry / "exe") if jvms_only else ""
-        except OSError:
-            continue
+    for entry, cmdline, cwd in processes():
         mentioned = marker in cmdline or marker in cwd
         if "CoarseGrainedExecutorBackend" not in cmdline or not mentioned:
             continue
-        if jvms_only and (Path(exe).name != "java" or "org.apache.spark.launcher.Main" in cmdline):
+        if jvms_only and ("org.apache.spark.launcher.Main" in cmdline or not _is_java(entry)):
             continue
         pids.append(int(entry.name))
     return pids
+
+
+def _is_java(entry: Path) -> bool:
+    try:
+        return Path(os.readlink(entry / "exe")).name == "java"
+    except OSError:
+        return False
 
 
 class Driver:
