@@ -14,10 +14,16 @@ from typing import Annotated
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from allocator.errors import ScenarioError
+from allocator.errors import ScenarioError, did_you_mean
 
 #: Resources every cluster has; a scenario may name more (disk, gpus, ...).
 BASE_RESOURCES = ("cpus", "mem")
+#: Spellings of the base resources that are typos, not new resources: without a `resources:`
+#: list any name an agent offers becomes a resource, so `cpu: 8` would be a 0-cpu agent.
+_BASE_MISSPELLINGS = {
+    "cpu": "cpus", "cores": "cpus", "core": "cpus", "vcpus": "cpus", "vcpu": "cpus",
+    "mems": "mem", "memory": "mem", "ram": "mem", "mem_mb": "mem", "memory_mb": "mem",
+}
 
 Name = Annotated[str, Field(min_length=1)]
 
@@ -45,7 +51,22 @@ class AgentSpec(BaseModel):
     @field_validator("resources", mode="before")
     @classmethod
     def _resources(cls, value: object) -> object:
-        return check_amounts(value, "capacity") if isinstance(value, dict) else value
+        if not isinstance(value, dict):
+            return value
+        for resource in value:
+            meant = _misspelt_base(str(resource))
+            if meant is not None:
+                raise ValueError(f"{resource}: unknown resource (did you mean {meant}?)")
+        return check_amounts(value, "capacity")
+
+
+def _misspelt_base(resource: str) -> str | None:
+    """The base resource a name misspells (`cpu`, `Mem`, `memory`), or None."""
+    if resource in BASE_RESOURCES:
+        return None
+    if resource.lower() in BASE_RESOURCES:
+        return resource.lower()
+    return _BASE_MISSPELLINGS.get(resource.lower())
 
 
 class FrameworkSpec(BaseModel):
@@ -83,7 +104,10 @@ class ScenarioSpec(BaseModel):
         for i, agent in enumerate(self.agents):
             for resource in agent.resources:
                 if resource not in known:
-                    raise ValueError(f"agents[{i}].resources.{resource}: unknown resource")
+                    raise ValueError(
+                        f"agents[{i}].resources.{resource}: unknown resource"
+                        f"{did_you_mean(resource, known)} (known: {', '.join(sorted(known))})"
+                    )
         for i, framework in enumerate(self.frameworks):
             for resource in framework.demand or {}:
                 if resource not in known:

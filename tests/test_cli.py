@@ -73,7 +73,35 @@ BAD = {
     "negative weight": (BASE + "  - {name: f1, demand: {cpus: 1}, weight: -2}\n", "weight"),
     "no agents": ("agents: []\nframeworks: [{name: f, demand: {cpus: 1}}]\n", "agents"),
     "unknown field": (BASE + "  - {name: f1, demand: {cpus: 1}, colour: red}\n", "colour"),
+    # Without a resources: list any name an agent offers is a resource; a base resource's
+    # misspelling would make a 0-cpu agent, so it is refused with the name meant.
+    "agent cpu typo": (
+        "agents: [{name: s1, resources: {cpu: 8, mem: 16}}]\n"
+        "frameworks: [{name: f1, demand: {cpus: 1, mem: 1}}]\n",
+        "agents[0].resources: cpu: unknown resource (did you mean cpus?)",
+    ),
+    "agent memory typo": (
+        "agents: [{name: s1, resources: {cpus: 8, Memory: 16}}]\n"
+        "frameworks: [{name: f1, demand: {cpus: 1}}]\n",
+        "did you mean mem?",
+    ),
+    "agent unknown declared": (
+        "resources: [cpus, mem]\nagents: [{name: s1, resources: {cpus: 8, mme: 16}}]\n"
+        "frameworks: [{name: f1, demand: {cpus: 1}}]\n",
+        "agents[0].resources.mme: unknown resource (did you mean mem?)",
+    ),
 }
+
+
+def test_agent_resources_beyond_the_base_ones_are_accepted(tmp_path):
+    path = tmp_path / "gpus.yaml"
+    path.write_text(
+        "agents: [{name: s1, resources: {cpus: 8, mem: 16, gpus: 2, disk: 100}}]\n"
+        "frameworks: [{name: f1, demand: {cpus: 1, gpus: 1}}]\n"
+    )
+    done = run_fairbroker("fill", str(path), "--scheduler", "drf", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["total"]["mean"] == 2.0  # the 2 gpus bind
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
