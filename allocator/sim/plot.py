@@ -1,19 +1,45 @@
-"""Paper 002 Figs. 1-5 style plots: allocated CPU % and memory % over time per run."""
+"""Paper 002 Figs. 1-5 style plots: allocated CPU % and memory % over time per run.
+
+A few runs share one panel per resource. Many runs (`sim --compare`: every scheduler x mode
+and the admission rows) become small multiples, one row of panels per scheduler (the label's
+first `/` part), so that no panel holds more lines than a palette has distinct colours."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from allocator.sim.series import SampledSeries
 
+#: Up to this many runs share one row of panels.
+MAX_RUNS_PER_PANEL = 6
 
-def plot_runs(
-    runs: Sequence[tuple[str, SampledSeries]], path: str | Path, title: str = ""
-) -> None:
-    """One panel per resource (cpus, mem); one step line per labelled run."""
+
+def _palette(n: int) -> list[Any]:
+    import matplotlib
+
+    name = "tab10" if n <= 10 else "tab20"
+    colours = list(matplotlib.colormaps[name].colors)
+    if n > len(colours):
+        raise ValueError(f"{n} runs in one panel: more than {len(colours)} distinct colours")
+    return colours[:n]
+
+
+def _rows(labels: Sequence[str]) -> dict[str, list[int]]:
+    """Run indices per panel row: one row when few, else one per scheduler."""
+    if len(labels) <= MAX_RUNS_PER_PANEL:
+        return {"": list(range(len(labels)))}
+    rows: dict[str, list[int]] = {}
+    for k, label in enumerate(labels):
+        rows.setdefault(label.split("/", 1)[0], []).append(k)
+    return rows
+
+
+def runs_figure(runs: Sequence[tuple[str, SampledSeries]], title: str = ""):
+    """The matplotlib figure of `plot_runs` (returned for callers that inspect it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -21,23 +47,47 @@ def plot_runs(
 
     resources = runs[0][1].resources if runs else ("cpus", "mem")
     shown = [r for r in ("cpus", "mem") if r in resources] or list(resources[:2])
-    fig, axes = plt.subplots(len(shown), 1, figsize=(11, 3.2 * len(shown)), sharex=True)
-    axes = np.atleast_1d(axes)
-    for label, series in runs:
-        times = np.array(series.times)
-        values = np.array(series.allocated) * 100
-        for ax, resource in zip(axes, shown, strict=True):
-            column = resources.index(resource)
-            ax.step(times, values[:, column], where="post", label=label, linewidth=1)
-    for ax, resource in zip(axes, shown, strict=True):
-        ax.set_ylabel(f"allocated {resource} %")
-        ax.set_ylim(0, 105)
-        ax.grid(alpha=0.3)
-    axes[-1].set_xlabel("time (s)")
-    # Outside the data: with --compare there are a dozen runs.
-    axes[0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    rows = _rows([label for label, _ in runs])
+    fig, axes = plt.subplots(
+        len(rows), len(shown), figsize=(5.5 * len(shown), 2.2 * len(rows) + 1.0),
+        sharex=True, sharey=True, squeeze=False,
+    )  # fmt: skip
+    for row, (group, members) in enumerate(rows.items()):
+        colours = _palette(len(members))
+        for colour, k in zip(colours, members, strict=True):
+            label, series = runs[k]
+            times = np.array(series.times)
+            values = np.array(series.allocated) * 100
+            short = label.split("/", 1)[1] if group and "/" in label else label
+            for col, resource in enumerate(shown):
+                column = resources.index(resource)
+                axes[row, col].step(times, values[:, column], where="post", label=short,
+                                    color=colour, linewidth=1)  # fmt: skip
+        for col, resource in enumerate(shown):
+            ax = axes[row, col]
+            ax.set_ylim(0, 105)
+            ax.grid(alpha=0.3)
+            if row == 0:
+                ax.set_title(f"allocated {resource} %")
+            if col == 0:
+                ax.set_ylabel(group or "%")
+        axes[row, -1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
+                             frameon=False)  # fmt: skip
+    for ax in axes[-1]:
+        ax.set_xlabel("time (s)")
     if title:
-        axes[0].set_title(title)
+        fig.suptitle(title)
     fig.tight_layout()
+    return fig
+
+
+def plot_runs(
+    runs: Sequence[tuple[str, SampledSeries]], path: str | Path, title: str = ""
+) -> None:
+    """Allocated cpus and mem over time: a panel per resource (and per scheduler when many
+    runs), one step line per labelled run, each line of a panel in its own colour."""
+    import matplotlib.pyplot as plt
+
+    fig = runs_figure(runs, title)
     fig.savefig(path, dpi=120)
     plt.close(fig)
