@@ -33,12 +33,13 @@ def _split(
 @click.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--seeds", type=click.IntRange(2, 1000), default=10, show_default=True,
-              help="Paired seeds 0..N-1; every configuration sees the same jobs at a seed.")
+              help="How many paired seeds, from --seed on; every configuration sees the same jobs "
+              "at a seed.")
 @click.option("--schedulers", default=None, metavar="A,B,...",
               help="Schedulers to compare (default: all).")
 @click.option("--modes", default=None, metavar="A,B",
               help="Modes to compare (default: characterized,oblivious).")
-@engine_options(exclude=("scheduler", "mode", "seed"))
+@engine_options(exclude=("scheduler", "mode"))
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Write the allocation small multiples here and the summary bar chart "
               "beside it (NAME-summary.png).")

@@ -13,7 +13,7 @@ from support.commands import run_fairbroker
 from allocator.engine_config import EngineConfig
 from allocator.scenarios.batch import parse_batch
 from allocator.sim.batch_sim import BatchSimulator
-from allocator.sim.whatif import Config, Report, bar_axis, rolling
+from allocator.sim.whatif import MIN_DIFFERENCE, Config, Report, bar_axis, rolling, run_whatif
 
 SMALL = {
     "name": "small",
@@ -83,7 +83,7 @@ def report(makespans: dict[tuple[str, str], list[float]]) -> Report:
     for (name, mode), values in makespans.items():
         c = Config(name, mode, makespan=list(values))
         configs.append(c)
-    return Report("synthetic", len(next(iter(makespans.values()))), "role", "tick",
+    return Report("synthetic", len(next(iter(makespans.values()))), 0, "role", "tick",
                   ("cpus", "mem"), configs)  # fmt: skip
 
 
@@ -127,7 +127,38 @@ def test_rolling_mean_of_a_step_series_by_hand():
 def test_all_tied_says_so():
     runs = [100.0, 110.0]
     same = report({("drf", "characterized"): runs, ("psdsf", "oblivious"): runs})
-    assert same.recommendation().startswith("Recommendation: none: all 2 configurations")
+    assert same.recommendation().startswith("Recommendation: none: no configuration is 1%")
+
+
+def test_a_consistent_but_negligible_gain_is_not_a_reason_to_switch():
+    """0.04 s sooner on a 132 s batch at every one of 10 seeds: the interval excludes 0, but
+    the gain is 0.03 % of the makespan, below the 1 % worth acting on."""
+    base = 132.0 + np.linspace(-0.5, 0.5, 10)
+    tiny = report({
+        ("drf", "characterized"): base,
+        ("bfdrf", "characterized"): base - 0.04 + np.linspace(-0.001, 0.001, 10),
+    })  # fmt: skip
+    (_, none), (drf, p) = tiny.against_best()
+    assert none is None and drf.scheduler == "drf"
+    assert p.later() and not p.later(MIN_DIFFERENCE)  # significant, but not meaningful
+    line = tiny.recommendation()
+    assert line.startswith("Recommendation: keep drf/characterized"), line
+    assert "not shown to be 1% or more at 10 seeds" in line
+    # A 2 % gain at every seed is worth switching for.
+    clear = report({("drf", "characterized"): base, ("bfdrf", "characterized"): base * 0.98})
+    assert clear.recommendation().startswith("Recommendation: bfdrf/characterized: 2.0%")
+
+
+def test_seeds_start_at_the_given_seed_and_the_figure_says_which_it_shows(tmp_path: Path):
+    batch = parse_batch(SMALL)
+    engine = EngineConfig.mesos("drf").replace(seed=7)
+    fresh = run_whatif(batch, ["drf"], ["characterized"], 2, engine)
+    assert fresh.first_seed == 7 and fresh.to_json()["first_seed"] == 7
+    again = run_whatif(batch, ["drf"], ["characterized"], 3, engine.replace(seed=8))
+    # Seeds 7, 8 and 8, 9, 10 overlap at seed 8: the same jobs, the same makespan.
+    assert fresh.configs[0].makespan[1] == again.configs[0].makespan[0]
+    assert fresh.title(one_seed=True).startswith("small: seed 7 of 2 paired seeds (7..8)")
+    assert "2 paired seeds (7..8)" in fresh.render().splitlines()[0]
 
 
 def test_live_batch_prediction_sits_beside_the_live_numbers(tmp_path: Path):

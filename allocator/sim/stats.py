@@ -71,12 +71,14 @@ class Paired:
         """The difference as a fraction of b's mean."""
         return Estimate(self.diff.mean / self.base, self.diff.half / self.base, self.diff.n)
 
-    def sooner(self) -> bool:
-        """a is lower, with the interval excluding zero."""
-        return bool(self.diff.high < 0)
+    def sooner(self, margin: float = 0.0) -> bool:
+        """a is lower by more than `margin` (a fraction of b's mean), the whole interval
+        beyond it; margin 0: the interval excludes zero."""
+        return bool(self.diff.high < -margin * self.base)
 
-    def later(self) -> bool:
-        return bool(self.diff.low > 0)
+    def later(self, margin: float = 0.0) -> bool:
+        """a is higher by more than `margin` (a fraction of b's mean), the whole interval."""
+        return bool(self.diff.low > margin * self.base)
 
     def within(self, fraction: float) -> bool:
         """The whole interval lies within +-fraction of b's mean (equivalence)."""
