@@ -54,6 +54,24 @@ def is_http_broker(address: str) -> bool:
     return status in (200, 503) and isinstance(body, dict) and isinstance(body.get("ok"), bool)
 
 
+def is_metrics_port(address: str) -> bool:
+    """The broker's Prometheus exporter answers at `address` (the port users mistake for
+    the API's, as it is the third of the three)."""
+    try:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=PROBE_SECONDS) as reply:
+            head = reply.read(1 << 20)
+    except (OSError, ValueError, http.client.HTTPException):
+        return False
+    return b"fairbroker_" in head
+
+
+def _not_the_metrics_port(address: str, use: str) -> None:
+    if is_metrics_port(address):
+        raise BrokerAddressError(
+            f"--broker {address}: that is the broker's metrics port (Prometheus); {use}"
+        )
+
+
 def is_grpc_broker(address: str) -> bool:
     """A fairbroker gRPC API answers at `address` (even if it then wants a token)."""
     import grpc
@@ -131,15 +149,28 @@ def api_client(address: str, token: str | None):
     check_host_port(address)
     if is_http_broker(address):
         return HttpBrokerClient(address, token)
+    _not_the_metrics_port(
+        address, f"use its HTTP ({DEFAULT_HTTP_PORT}) or gRPC ({DEFAULT_GRPC_PORT}) port"
+    )
     from allocator.broker.client import BrokerClient
 
     return BrokerClient(address, token=token)
+
+
+def check_submit_token(address: str, token: str | None) -> None:
+    """Ask the broker whether it takes `token` (a read of its allocation), so that a missing
+    or wrong token is one line before Spark starts, not a stack trace from the driver."""
+    status, _ = _http(address, "GET", "/v1/GetAllocation", None, token, PROBE_SECONDS)
+    if status == 401:
+        how = "a wrong token" if token else "no token (--token or FAIRBROKER_TOKEN)"
+        raise BrokerAddressError(f"the broker at {address} refuses {how}")
 
 
 def check_submit_address(address: str) -> None:
     """`submit` goes to the broker's HTTP port: refuse its gRPC port, or no broker, up front."""
     if is_http_broker(address):
         return
+    _not_the_metrics_port(address, f"submit uses its HTTP port (default {DEFAULT_HTTP_PORT})")
     if is_grpc_broker(address):
         raise BrokerAddressError(
             f"--broker {address}: that is the broker's gRPC port; submit uses its HTTP port "

@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from allocator.broker.limits import GROUP
 from allocator.errors import FairbrokerError
 from allocator.scenarios.spark_demand import ExecutorDemand, executor_demand
 from spark_shim.driver_host import driver_host
@@ -103,6 +104,11 @@ def _fairbroker_conf(
 ) -> dict[str, str]:
     if not group.strip():
         raise SubmitError("--group: must not be empty")
+    if group.strip() != "*" and not GROUP.fullmatch(group.strip()):
+        raise SubmitError(
+            "--group: 1-64 characters of letters, digits and . _ - starting with a letter or "
+            f"digit (a Mesos role name), got {group!r}"
+        )
     if not (math.isfinite(weight) and weight > 0):
         raise SubmitError(f"--weight: must be a positive number, got {weight}")
     conf = {
@@ -350,10 +356,11 @@ def submit_command(
     except FairbrokerError as error:
         raise click.ClickException(str(error)) from None
     if not dry_run:
-        from allocator.broker_address import check_submit_address
+        from allocator.broker_address import check_submit_address, check_submit_token
 
         try:
             check_submit_address(broker)
+            check_submit_token(broker, token)
         except FairbrokerError as error:
             raise click.ClickException(str(error)) from None
     click.echo(describe_demand(plan.demand, oblivious=oblivious), err=True)

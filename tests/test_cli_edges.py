@@ -74,10 +74,19 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def running_broker(tmp_path_factory):
     """A real `fairbroker serve` on free ports: (http, grpc, metrics) port numbers."""
-    state = tmp_path_factory.mktemp("broker")
+    yield from _serve_on_free_ports(tmp_path_factory.mktemp("broker"))
+
+
+@pytest.fixture(scope="module")
+def broker_with_token(tmp_path_factory):
+    """The same with a shared token (`s3cret`)."""
+    yield from _serve_on_free_ports(tmp_path_factory.mktemp("tokened"), "--token", "s3cret")
+
+
+def _serve_on_free_ports(state: Path, *args: str):
     process = subprocess.Popen(
         [sys.executable, "-c", "from allocator.cli import main; main()", "serve", "--port", "0",
-         "--grpc-port", "0", "--metrics-port", "0", "--state-dir", str(state)],
+         "--grpc-port", "0", "--metrics-port", "0", "--state-dir", str(state), *args],
         stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )  # fmt: skip
     try:
@@ -97,6 +106,29 @@ def running_broker(tmp_path_factory):
         process.terminate()
         process.wait(timeout=30)
         process.stderr.close()
+
+
+def test_submit_refusals_are_one_line_before_spark_starts(broker_with_token):
+    """A bad group and a missing or wrong token are refused by `submit` itself: no Spark
+    driver is started (that would print a JVM stack trace with the reason in the middle)."""
+    http = f"127.0.0.1:{broker_with_token[0]}"
+    app = ["--", "spark_shim/apps/pi.py", "1", "10"]
+    env = {k: v for k, v in os.environ.items() if k != "FAIRBROKER_TOKEN"}
+    no_token = run_fairbroker("submit", "--broker", http, *app, env=env)
+    one_line_error(no_token, f"the broker at {http} refuses no token (--token or FAIRBROKER")
+    wrong = run_fairbroker("submit", "--broker", http, "--token", "guess", *app, env=env)
+    one_line_error(wrong, "refuses a wrong token")
+    group = run_fairbroker("submit", "--broker", http, "--token", "s3cret", "--group",
+                           "etl/nightly", *app, env=env)  # fmt: skip
+    one_line_error(group, "--group: 1-64 characters", "'etl/nightly'")
+
+
+@pytest.mark.parametrize("command", ["status", "submit"])
+def test_the_metrics_port_is_named_as_such(running_broker, command):
+    metrics = f"127.0.0.1:{running_broker[2]}"
+    args = ["--", "spark_shim/apps/pi.py"] if command == "submit" else []
+    done = run_fairbroker(command, "--broker", metrics, *args)
+    one_line_error(done, f"--broker {metrics}: that is the broker's metrics port")
 
 
 def serve(state: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from allocator.backends.executor import ExecutorEnvPolicy
 
+# fullmatch only: `re.match` with `$` lets a trailing newline through.
+GROUP = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a Mesos role name; no '@', no '/'
 DEFAULT_MIN_DEMAND = MappingProxyType({"cpus": 0.1, "mem": 32.0})  # MiB
 
 

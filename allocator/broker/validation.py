@@ -10,12 +10,11 @@ from dataclasses import dataclass
 
 from allocator.backends.executor import EnvironmentRefused, check_environment
 from allocator.broker.errors import invalid
-from allocator.broker.limits import Limits
+from allocator.broker.limits import GROUP, Limits
 from allocator.broker.proto import pb
 
 # fullmatch only: `re.match` with `$` lets a trailing newline through.
 TENANT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-GROUP = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a Mesos role name; no '@', no '/'
 ATTRIBUTE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 ATTRIBUTE_VALUE = re.compile(r"[A-Za-z0-9._:/-]{1,128}")
 DRIVER_URL = re.compile(r"spark://[A-Za-z0-9_]{1,64}@[A-Za-z0-9.\[\]:-]{1,255}:[0-9]{1,5}")

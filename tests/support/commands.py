@@ -7,13 +7,16 @@ import subprocess
 import sys
 
 
-def run_fairbroker(*args: str) -> subprocess.CompletedProcess[str]:
+def run_fairbroker(
+    *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """The `fairbroker` command as a user runs it, in a real subprocess."""
     return subprocess.run(
         [sys.executable, "-c", "from allocator.cli import main; main()", *args],
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )
 
 
