@@ -19,10 +19,10 @@ def _matrix(summary: FillSummary) -> list[str]:
     ]
     for n, f in enumerate(c.framework_names):
         cells = "".join(
-            f"{summary.tasks_mean[n, i]:>{width}.2f} ({summary.tasks_std[n, i]:5.2f})"
+            f"{summary.tasks_mean[n, i]:>{width},.2f} ({summary.tasks_std[n, i]:5,.2f})"
             for i in range(c.n_agents)
         )
-        lines.append(f"{f:<{name_width}}{cells}{summary.tasks_mean[n].sum():>12.2f}")
+        lines.append(f"{f:<{name_width}}{cells}{summary.tasks_mean[n].sum():>12,.2f}")
     return lines
 
 
@@ -33,7 +33,7 @@ def _frameworks(summary: FillSummary) -> list[str]:
              f"{'dominant share':>16}"]  # fmt: skip
     for r in rows:
         sd = f"({r['tasks_std']:.2f})"
-        lines.append(f"{r['name']:<{name_width}}{r['tasks']:>12.2f}{sd:>9}"
+        lines.append(f"{r['name']:<{name_width}}{r['tasks']:>12,.2f}{sd:>9}"
                      f"{r['agents_used']:>13,}{r['dominant_share']:>16.4f}")  # fmt: skip
     return lines
 
@@ -52,13 +52,13 @@ def render_fill(summary: FillSummary, matrix: bool | None = None) -> str:
         lines += _matrix(summary)
     std = summary.totals.std(ddof=1) if summary.trials > 1 else 0.0
     lines.append(
-        f"total tasks: {summary.totals.mean():.2f} (sd {std:.2f}), "
-        f"{summary.grants:,.1f} grants per fill"
+        f"total tasks: {summary.totals.mean():,.2f} (sd {std:,.2f}), "
+        f"{summary.grants:,.2f} grants per fill"
     )
     best = summary.optimum
     if best is not None:
-        milp = "not solved in time" if best.tasks is None else f"{best.tasks} tasks (MILP)"
-        lp = "-" if best.lp_tasks is None else f"{best.lp_tasks:.2f}"
+        milp = "not solved in time" if best.tasks is None else f"{best.tasks:,} tasks (MILP)"
+        lp = "-" if best.lp_tasks is None else f"{best.lp_tasks:,.2f}"
         lines.append(f"optimum: {milp}, LP relaxation {lp}")
     elif summary.optimum_skipped:
         lines.append(f"optimum: {summary.optimum_skipped}")

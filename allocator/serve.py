@@ -118,8 +118,8 @@ def run(config: ServeConfig) -> None:
         err=True,
     )
     done.wait()
-    how = "stopping every executor" if config.teardown else "leaving executors running"
+    how = "its executors with it" if config.teardown else "leaving executors running"
     if config.backend == "mesos":
         how = "tearing the framework down" if config.teardown else "failing over (tasks kept)"
-    click.echo(f"fairbroker: stopping, {how}", err=True)
+    click.echo(f"fairbroker: stopping the broker, {how}", err=True)
     service.stop(kill_executors=config.teardown)

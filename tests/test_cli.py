@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,17 @@ def test_bad_options_are_one_line_errors(args, expected):
 def test_missing_file(tmp_path):
     done = run_fairbroker("fill", str(tmp_path / "nope.yaml"), "--scheduler", "drf")
     assert done.returncode == 2 and "cannot read" in done.stderr
+
+
+def test_fill_text_writes_every_large_number_alike(tmp_path):
+    """Counts above 999 all with thousands separators (tasks, totals, grants, the bound)."""
+    path = tmp_path / "big.yaml"
+    path.write_text(
+        "agents: [{name: s1, resources: {cpus: 2500, mem: 2500}}]\n"
+        "frameworks: [{name: f1, demand: {cpus: 1, mem: 1}}]\n"
+    )
+    done = run_fairbroker("fill", str(path), "--scheduler", "drf")
+    assert done.returncode == 0, done.stderr
+    assert "2,500.00" in done.stdout and "2,500.00 grants per fill" in done.stdout
+    assert "2,500.0 tasks (MILP)" in done.stdout
+    assert not re.search(r"(?<![\d,.])\d{4,}", done.stdout), done.stdout

@@ -208,4 +208,8 @@ def test_serve_runs_from_a_file_and_the_environment_and_stops_on_sigterm(tmp_pat
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
-    assert "stopping, stopping every executor" in log.read_text()
+    text = log.read_text()
+    assert "stopping the broker, its executors with it" in text
+    # One start line and one stop line of the broker's own, not uvicorn's once per server.
+    assert "Started server process" not in text and "Finished server process" not in text
+    assert text.count("serving on http://") == 1

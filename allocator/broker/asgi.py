@@ -125,6 +125,20 @@ class AcceptErrors:
             self._next, self._missed = now + self.every, 0
 
 
+class _QuietLifecycle(logging.Filter):
+    """uvicorn logs its start and stop at INFO once per server, and the broker runs two
+    (tenant API and metrics) and says itself when it serves and stops: keep the rest."""
+
+    LINES = ("Started server process", "Finished server process", "Shutting down",
+             "Waiting for")  # fmt: skip
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.INFO or not record.getMessage().startswith(self.LINES)
+
+
+logging.getLogger("uvicorn.error").addFilter(_QuietLifecycle())
+
+
 class AsgiServer:
     """`app` on http://HOST:PORT (port 0: any free port), served from a daemon thread."""
 
