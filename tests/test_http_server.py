@@ -406,3 +406,32 @@ def test_a_broker_at_256_file_descriptors_outlives_300_idle_connections(tmp_path
             s.close()
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_an_undecodable_grpc_message_is_invalid_argument(service) -> None:
+    import grpc
+
+    channel = grpc.insecure_channel(
+        service.grpc_address, options=[("grpc.use_local_subchannel_pool", 1)]
+    )
+    with channel:
+        register = channel.unary_unary("/fairbroker.v1.TenantService/Register")
+        with pytest.raises(grpc.RpcError) as error:
+            # field 1 (tenant_id) as a length-delimited string of 100 bytes, with 3 given
+            register(b"\x0a\x64abc", metadata=(("authorization", f"Bearer {TOKEN}"),),
+                     timeout=10)  # fmt: skip
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "malformed Register request" in error.value.details()
+
+
+@pytest.mark.parametrize(
+    ("weight", "message"),
+    [(True, "weight: expected a number, got true"), (1e-320, "weight: must be in [0.001, 1000]"),
+     (0.0009, "weight: must be in [0.001, 1000]"), (float("nan"), "weight")],
+)  # fmt: skip
+def test_weights_that_are_not_usable_numbers_are_refused(service, weight, message) -> None:
+    body = json.loads(register_body("w"))
+    body["weight"] = weight
+    status, answer = call(service, "Register", json.dumps(body).encode())
+    assert status == 400, answer
+    assert message in answer["error"], answer

@@ -178,6 +178,30 @@ def test_operator_limits_from_settings() -> None:
             Limits().with_settings([bad])
 
 
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [("max_launches_per_run=0", "max_launches_per_run: at least 1, got 0"),
+     ("max_tenants=0.5", "max_tenants: at least 1"),
+     ("max_lanches_per_run=4", "unknown limit (did you mean max_launches_per_run?)"),
+     ("min_weight=0", "min_weight: must be in (0, max_weight 1000]"),
+     ("min_weight=2000", "min_weight: must be in (0, max_weight 1000]")],
+)  # fmt: skip
+def test_limits_that_would_stop_the_broker_are_refused(setting, message) -> None:
+    with pytest.raises(ValueError) as error:
+        Limits().with_settings([setting])
+    assert message in str(error.value)
+
+
+def test_weights_at_the_bounds(tmp_path: Path) -> None:
+    broker = make_broker()
+    for tenant, weight in (("low", 0.001), ("high", 1000.0)):
+        broker.register(request(tenant, PI, weight=weight))
+    for weight in (1e-320, 0.0009, 1000.5, float("inf")):
+        with pytest.raises(ApiError, match=r"weight: must be in \[0.001, 1000\]"):
+            broker.register(request("bad", PI, weight=weight))
+    broker.stop()
+
+
 def test_defaults_keep_a_run_at_100_agents_to_the_cap(tmp_path: Path) -> None:
     agents = [AgentInfo(f"a{i}", "127.0.0.1", {"cpus": 64, "mem": 262144}) for i in range(100)]
     broker = make_broker(agents=agents)

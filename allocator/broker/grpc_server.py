@@ -8,10 +8,11 @@ from concurrent import futures
 from typing import TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError, Message
 
 from allocator.broker.api import CALLS, MAX_REQUEST_BYTES, RequestObserver, check_token
 from allocator.broker.core import ApiError, Broker
-from allocator.broker.proto import pb_grpc
+from allocator.broker.proto import pb, pb_grpc
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -41,11 +42,36 @@ def _within_deadline(broker: Broker, context: grpc.ServicerContext, run: Callabl
         lock.release()
 
 
+SERVICE = "fairbroker.v1.TenantService"
+
+
+class _Undecodable:
+    """A request whose bytes are not its message: answered INVALID_ARGUMENT by the handler
+    (grpc's own deserializer failure is INTERNAL, which blames the server)."""
+
+    def __init__(self, error: DecodeError) -> None:
+        self.error = error
+
+
+def _decoder(kind: type[Message]) -> Callable[[bytes], Message | _Undecodable]:
+    def decode(data: bytes) -> Message | _Undecodable:
+        try:
+            return kind.FromString(data)
+        except DecodeError as error:
+            return _Undecodable(error)
+
+    return decode
+
+
 def _method(name: str):
     call = CALLS[name]
 
     def handle(self: _Servicer, request, context: grpc.ServicerContext):
         try:
+            if isinstance(request, _Undecodable):
+                raise ApiError(
+                    "INVALID_ARGUMENT", f"malformed {name} request: not a {SERVICE} message"
+                )
             metadata = dict(context.invocation_metadata())
             check_token(self.token, metadata.get("authorization"))
             reply = _within_deadline(
@@ -80,6 +106,20 @@ for _name in CALLS:
     setattr(_Servicer, _name, _method(_name))
 
 
+def _handlers(servicer: _Servicer) -> dict[str, grpc.RpcMethodHandler]:
+    """The service's methods from its descriptor, each decoding its request itself."""
+    service = pb.DESCRIPTOR.services_by_name[SERVICE.rsplit(".", 1)[1]]
+    handlers = {}
+    for method in service.methods:
+        reply = getattr(pb, method.output_type.name)
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, method.name),
+            request_deserializer=_decoder(CALLS[method.name].request_type),
+            response_serializer=reply.SerializeToString,
+        )
+    return handlers
+
+
 class TenantGrpcServer:
     def __init__(
         self,
@@ -101,8 +141,9 @@ class TenantGrpcServer:
                 ("grpc.http2.max_ping_strikes", 2),  # and so are clients that ping-flood
             ],
         )
-        pb_grpc.add_TenantServiceServicer_to_server(
-            _Servicer(broker, token, observer), self._server
+        handlers = _handlers(_Servicer(broker, token, observer))
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE, handlers),)
         )
         host, port = address
         self.port = self._server.add_insecure_port(f"{host}:{port}")

@@ -14,6 +14,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from allocator.broker.api import (
     CALLS,
@@ -122,6 +123,7 @@ class TenantHttpServer:
         try:
             text = body.decode("utf-8") if body else "{}"
             request = json_format.Parse(text, call.request_type())
+            refuse_booleans_as_numbers(json.loads(text), call.request_type.DESCRIPTOR)
         except (UnicodeDecodeError, json_format.ParseError) as error:
             message = printable(str(error))[:500]
             raise ApiError("INVALID_ARGUMENT", f"malformed {method} request: {message}") from None
@@ -135,6 +137,47 @@ class TenantHttpServer:
             raise ApiError("INTERNAL", f"internal error: {type(error).__name__}") from None
         self.observe(method, "OK")
         return 200, json_format.MessageToJson(reply, indent=None).encode()
+
+
+_NUMBERS = {
+    FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT, FieldDescriptor.CPPTYPE_INT32,
+    FieldDescriptor.CPPTYPE_INT64, FieldDescriptor.CPPTYPE_UINT32, FieldDescriptor.CPPTYPE_UINT64,
+}  # fmt: skip
+
+
+def refuse_booleans_as_numbers(data: object, descriptor: Descriptor, path: str = "") -> None:
+    """protobuf's JSON parser takes `true` for a number field as 1 (a Python bool is an int):
+    `"weight": true` would register a tenant of weight 1. Refuse it, naming the field."""
+    if not isinstance(data, dict):
+        return
+    fields = {**descriptor.fields_by_name, **{f.json_name: f for f in descriptor.fields}}
+    for key, value in data.items():
+        field = fields.get(key)
+        if field is None:
+            continue
+        where = f"{path}{field.name}"
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            entry = field.message_type.fields_by_name["value"]
+            values = value.values() if isinstance(value, dict) else ()
+            _check_values(values, entry, where)
+        else:
+            repeated = _is_repeated(field) and isinstance(value, list)
+            _check_values(value if repeated else [value], field, where)
+
+
+def _is_repeated(field: FieldDescriptor) -> bool:
+    # protobuf 7 dropped `label` for `is_repeated`, which protobuf 5 lacks
+    if hasattr(field, "is_repeated"):
+        return bool(field.is_repeated)
+    return field.label == FieldDescriptor.LABEL_REPEATED
+
+
+def _check_values(values, field: FieldDescriptor, where: str) -> None:
+    for value in values:
+        if isinstance(value, bool) and field.cpp_type in _NUMBERS:
+            raise json_format.ParseError(f"{where}: expected a number, got {json.dumps(value)}")
+        if field.message_type is not None:
+            refuse_booleans_as_numbers(value, field.message_type, f"{where}.")
 
 
 def _too_large(length: str | None, limit: int) -> ApiError:

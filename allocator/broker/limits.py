@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from allocator.backends.executor import ExecutorEnvPolicy
+from allocator.errors import did_you_mean
 
 # fullmatch only: `re.match` with `$` lets a trailing newline through.
 GROUP = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a Mesos role name; no '@', no '/'
@@ -23,7 +24,8 @@ class Limits:
     min_demand: Mapping[str, float] = field(default_factory=lambda: DEFAULT_MIN_DEMAND)
     max_executors_per_tenant: int = 1000  # a higher target is held at this
     max_launches_per_run: int = 32  # the rest wait for the next run (keeps a run short)
-    max_weight: float = 1000.0  # weights are in (0, max_weight]
+    min_weight: float = 0.001  # weights are in [min_weight, max_weight]: a criterion
+    max_weight: float = 1000.0  # divides by them, and 1e-320 would overflow it
     max_tenants: int = 2000
     max_groups: int = 200
     max_constraints: int = 16
@@ -48,6 +50,10 @@ class Limits:
                 value = None
             if value is None or not value >= 0 or value == float("inf"):
                 raise ValueError(f"{setting!r}: expected NAME=NUMBER (a finite number >= 0)")
+            if name.startswith("max_") and value < 1:
+                # 0 would stop what it bounds for good (max_launches_per_run=0: a broker
+                # that loops without ever launching)
+                raise ValueError(f"{name}: at least 1, got {raw.strip()}")
             if name.startswith("min_demand."):
                 min_demand[name.removeprefix("min_demand.")] = value
             elif name in numbers:
@@ -55,6 +61,15 @@ class Limits:
                     raise ValueError(f"{name}: a whole number, got {raw}")
                 changes[name] = int(value) if numbers[name] == "int" else value
             else:
-                known = ", ".join([*numbers, "min_demand.RESOURCE"])
-                raise ValueError(f"{name!r}: unknown limit (limits: {known})")
-        return dataclasses.replace(self, min_demand=MappingProxyType(min_demand), **changes)
+                known = [*numbers, "min_demand.RESOURCE"]
+                raise ValueError(
+                    f"{name!r}: unknown limit{did_you_mean(name, known)} "
+                    f"(limits: {', '.join(known)})"
+                )
+        limits = dataclasses.replace(self, min_demand=MappingProxyType(min_demand), **changes)
+        if not 0 < limits.min_weight <= limits.max_weight:
+            raise ValueError(
+                f"min_weight: must be in (0, max_weight {limits.max_weight:g}], "
+                f"got {limits.min_weight:g}"
+            )
+        return limits

@@ -154,8 +154,11 @@ def check_register(
             f"digit, got {printable(repr(request.group[:80]))}"
         )
     weight = request.weight or 1.0
-    if not (math.isfinite(weight) and 0 < weight <= limits.max_weight):
-        raise invalid(f"weight: must be in (0, {limits.max_weight:g}], got {request.weight}")
+    if not (math.isfinite(weight) and limits.min_weight <= weight <= limits.max_weight):
+        raise invalid(
+            f"weight: must be in [{limits.min_weight:g}, {limits.max_weight:g}], "
+            f"got {request.weight:g}"
+        )
     check_target(request.target)
     demand = check_demand(request.demand, resources, limits)
     check_constraints(request.constraints, limits)
