@@ -4,6 +4,7 @@ and /metrics behind the token. Real sockets on loopback."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
@@ -300,6 +301,45 @@ def test_a_connection_is_closed_after_its_request_limit() -> None:
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
             s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # a new connection: served
             assert s.recv(4096).startswith(b"HTTP/1.1 200")
+    finally:
+        server.stop()
+
+
+def test_a_client_that_never_reads_its_answers_is_let_go() -> None:
+    """Pipelined requests whose answers the client never reads fill the socket buffers and
+    the server's write buffer; past `write_timeout` the server drops the connection instead
+    of holding it (and its memory) for as long as the client likes."""
+    from allocator.broker.asgi import AsgiServer
+
+    body = b"x" * (64 << 10)
+
+    async def app(scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})  # fmt: skip
+
+    server = AsgiServer(app, "127.0.0.1", 0, HttpLimits(write_timeout=0.5), "t-http")
+    server.start()
+    try:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", server.port))
+        s.settimeout(0.5)
+        with s:
+            sent = 0
+            with contextlib.suppress(TimeoutError, ConnectionError):
+                while sent < 200:  # 200 answers: 12.8 MiB, beyond every buffer
+                    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                    sent += 1
+            time.sleep(2.0)  # the deadline (0.5 s) passes with nothing read
+            s.settimeout(10)
+            received = 0
+            # The server has let go: reading ends (EOF or a reset) well before all that was
+            # asked for arrives; a connection still held would block here until TimeoutError.
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := s.recv(1 << 20):
+                    received += len(chunk)
+            assert received < sent * len(body), (received, sent)
     finally:
         server.stop()
 

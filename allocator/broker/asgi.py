@@ -45,14 +45,38 @@ class HttpLimits:
     max_header_bytes: int = 16 << 10
     max_body_bytes: int = 1 << 20
     max_requests_per_connection: int = 10_000  # the last one is answered Connection: close
+    # seconds an answer may wait for a client that does not read (pipelined requests whose
+    # answers fill the socket buffers): then the connection is closed
+    write_timeout: float = 10.0
 
 
 class _Protocol(H11Protocol):
-    """uvicorn's h11 protocol plus a deadline for each request head and a cap on the
-    requests one connection may make."""
+    """uvicorn's h11 protocol plus a deadline for each request head, one for a client to
+    take its answers, and a cap on the requests one connection may make."""
 
     header_timeout = 10.0
+    write_timeout = 10.0
     max_requests = 10_000
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._cancel_write_deadline()
+        self._write_deadline = self.loop.call_later(self.write_timeout, self._write_expired)
+
+    def resume_writing(self) -> None:
+        self._cancel_write_deadline()
+        super().resume_writing()
+
+    def _cancel_write_deadline(self) -> None:
+        deadline = getattr(self, "_write_deadline", None)
+        if deadline is not None:
+            deadline.cancel()
+            self._write_deadline = None
+
+    def _write_expired(self) -> None:
+        if not self.transport.is_closing():
+            log.debug("closing a connection whose client has not read its answers in time")
+            self.transport.abort()  # close() would wait for the buffer to drain: never
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -78,6 +102,7 @@ class _Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_deadline()
+        self._cancel_write_deadline()
         super().connection_lost(exc)
 
     def _arm_header_deadline(self) -> None:
@@ -159,6 +184,7 @@ class AsgiServer:
             (_Protocol,),
             {
                 "header_timeout": limits.header_timeout,
+                "write_timeout": limits.write_timeout,
                 "max_requests": limits.max_requests_per_connection,
             },
         )
