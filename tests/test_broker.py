@@ -160,16 +160,7 @@ def rest_on_t2(broker: Broker, kind: str) -> None:
         backend.report(backend.launched[-1], ExecutorState.FAILED)
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        pytest.param(
-            "launch failure",
-            marks=pytest.mark.xfail(strict=True, reason="SetTarget ends a launch failure rest"),
-        ),
-        "crash loop",
-    ],
-)
+@pytest.mark.parametrize("kind", ["launch failure", "crash loop"])
 @pytest.mark.parametrize("renewal", ["SetTarget", "re-register"])
 def test_a_rest_of_either_kind_survives_a_raised_target(kind: str, renewal: str) -> None:
     """Raising the target lifts the engine's refuse filters (a Mesos revive); the tenant's
