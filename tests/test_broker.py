@@ -410,3 +410,17 @@ def test_agents_come_and_go_with_the_backend() -> None:
     for agent in broker.allocation().agents:
         assert agent.allocated["cpus"] <= agent.capacity["cpus"]
     broker.stop()
+
+
+def test_losing_the_agent_of_a_stopping_tenant_forgets_it_and_serves_the_others() -> None:
+    backend = RecordingBackend()
+    broker = Broker(backend, EngineConfig("drf"))
+    broker.start(loop=False)
+    broker.register(request("gone", PI, target=1, constraints={"type": "t1"}))
+    broker.register(request("stays", WORDCOUNT, target=1, constraints={"type": "t3"}))
+    assert broker.allocate_once() == 2
+    broker.unregister("gone")  # its executor on t1 is asked to stop and never reports
+    broker.agent_removed("t1")
+    assert list(broker.tenants) == ["stays"] and "gone" not in broker.engine.frameworks
+    assert broker.engine.tasks_of("stays") == 1
+    broker.stop()
