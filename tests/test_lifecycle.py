@@ -8,11 +8,13 @@ from collections.abc import Callable
 
 import pytest
 
-from allocator.backends.base import ExecutorState
+from allocator.backends.base import ExecutorState, LaunchSpec
 from allocator.broker import tenants
-from allocator.broker.tenants import Refusals, Standing
+from allocator.broker.proto import pb
+from allocator.broker.tenants import ExecutorRecord, Refusals, Standing, Tenant
 
 FAILED, KILLED, FINISHED = ExecutorState.FAILED, ExecutorState.KILLED, ExecutorState.FINISHED
+KILLING = ExecutorState.KILLING
 NOW = 1000.0
 
 FRESH = Standing(target=2)
@@ -116,3 +118,14 @@ def test_a_lease_and_a_stop_expire_strictly_after_their_time() -> None:
     assert not tenants.never_reported(FRESH, NOW + 1e6)  # not stopping: nothing to report
     assert not tenants.never_reported(Standing(stopping_since=NOW - 60), NOW)
     assert tenants.never_reported(Standing(stopping_since=NOW - 61), NOW)
+
+
+def test_only_executors_it_runs_and_is_not_killing_yet_are_killed() -> None:
+    def record(executor_id: str, state: ExecutorState) -> ExecutorRecord:
+        spec = LaunchSpec("t", executor_id, "a1", {"cpus": 1.0}, "spark://d", "app", 1, 512)
+        return ExecutorRecord(spec, state, NOW, NOW)
+
+    tenant = Tenant(pb.RegisterRequest(tenant_id="t"), {"cpus": 1.0}, NOW)
+    tenant.executors = {"1": record("1", ExecutorState.RUNNING), "2": record("2", KILLING)}
+    assert tenant.start_killing(["1", "2", "9", "1"]) == ["1"]
+    assert {e: r.state for e, r in tenant.executors.items()} == {"1": KILLING, "2": KILLING}

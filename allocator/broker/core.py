@@ -18,7 +18,7 @@ from allocator.broker import faults, tenants
 from allocator.broker.errors import ApiError, invalid, unavailable
 from allocator.broker.limits import Limits
 from allocator.broker.proto import pb
-from allocator.broker.snapshot import engine_allocation
+from allocator.broker.snapshot import broker_info, engine_allocation, executor_messages
 from allocator.broker.store import Store, StoreError
 from allocator.broker.tenants import ExecutorRecord, Refusals, Tenant
 from allocator.broker.validation import (
@@ -213,16 +213,11 @@ class Broker:
         with self._lock:
             tenant = self._tenant(tenant_id)
             tenant.last_seen = time.monotonic()
-            killed = []
-            for executor_id in executor_ids:
-                record = tenant.executors.get(executor_id)
-                if record is None or record.state is ExecutorState.KILLING:
-                    continue
-                record.state = ExecutorState.KILLING
+            killed = tenant.start_killing(executor_ids)
+            for executor_id in killed:
                 self.backend.kill(tenant_id, executor_id)
-                self.kills_total += 1
-                tenant.kills += 1
-                killed.append(executor_id)
+            self.kills_total += len(killed)
+            tenant.kills += len(killed)
             return killed
 
     def unregister(self, tenant_id: str) -> None:
@@ -276,41 +271,12 @@ class Broker:
             for entry in allocation.tenants:
                 tenant = self.tenants[entry.tenant_id]
                 entry.declared = self._declared(tenant)
-                entry.executors.extend(
-                    pb.Executor(
-                        executor_id=e.spec.executor_id,
-                        agent=e.spec.agent,
-                        state=e.state.value,
-                        started_at=e.started_at,
-                    )
-                    for e in tenant.executors.values()
-                )
+                entry.executors.extend(executor_messages(tenant.executors.values()))
             return allocation
 
     # ---- internals ---------------------------------------------------------------------
     def _info(self) -> pb.BrokerInfo:
-        engine = self.engine
-        return pb.BrokerInfo(
-            scheduler=engine.scheduler.name,
-            mode=str(engine.mode),
-            selection=str(engine.selection),
-            backend=self.backend.name,
-            grants_total=engine.grants_total,
-            runs_total=engine.runs,
-            uptime_seconds=time.time() - self.started,
-            resources=list(engine.resources),
-            backend_status=self._backend_status(),
-            level=str(engine.level),
-            trigger=str(engine.trigger),
-            ties=str(engine.ties),
-            role_weights={r: w for r, w in engine.role_weights.items() if w != 1.0},
-            interval_seconds=engine.interval,
-        )
-
-    def _backend_status(self) -> str:
-        """The backend's own state in words (Mesos: the link to the master), or ''."""
-        link = getattr(self.backend, "link", None)
-        return link.describe() if link is not None else ""
+        return broker_info(self.engine, self.backend, time.time() - self.started)
 
     def _declared(self, tenant: Tenant) -> bool:
         """Does the policy see this tenant's demand vector (workload-characterized)?"""
@@ -395,11 +361,8 @@ class Broker:
             "tenant %s %s; stopping its %d executors", tenant.tenant_id, why,
             len(tenant.executors),
         )  # fmt: skip
-        # a backend may report an exit from inside kill(): iterate over a copy
-        for executor_id, record in list(tenant.executors.items()):
-            if record.state is not ExecutorState.KILLING:
-                record.state = ExecutorState.KILLING
-                self.backend.kill(tenant.tenant_id, executor_id)
+        for executor_id in tenant.start_killing(list(tenant.executors)):
+            self.backend.kill(tenant.tenant_id, executor_id)
         self._forget_if_stopped(tenant)
 
     def _forget_if_stopped(self, tenant: Tenant) -> None:

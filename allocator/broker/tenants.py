@@ -171,3 +171,14 @@ class Tenant:
 
     def executors_on(self, agent: str) -> list[str]:
         return [e for e, record in self.executors.items() if record.spec.agent == agent]
+
+    def start_killing(self, executor_ids: list[str]) -> list[str]:
+        """Mark those of `executor_ids` it runs and is not killing yet as KILLING; returns
+        them, for the backend to kill (which may report their exits at once)."""
+        killing = []
+        for executor_id in executor_ids:
+            record = self.executors.get(executor_id)
+            if record is not None and record.state is not ExecutorState.KILLING:
+                record.state = ExecutorState.KILLING
+                killing.append(executor_id)
+        return killing
