@@ -131,6 +131,57 @@ def test_repeated_failures_before_registering_rest_the_tenant_on_that_agent(brok
     assert len(backend.launched) == launches == 2  # no third launch on the failing agent
 
 
+class RefusingBackend(RecordingBackend):
+    """Its launches fail (the backend raises), until `refusing` is cleared."""
+
+    refusing = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attempts: list[str] = []  # agents it was asked to launch on
+
+    def launch(self, spec):
+        self.attempts.append(spec.agent)
+        if self.refusing:
+            raise RuntimeError("no such executor binary")
+        return super().launch(spec)
+
+
+def rest_on_t2(broker: Broker, kind: str) -> None:
+    """Make tenant "pi" (held to agent t2) rest there: after one failed launch, or after two
+    executors that failed before registering."""
+    backend = broker.backend
+    if kind == "launch failure":
+        assert broker.allocate_once() == 0 and backend.attempts == ["t2"]
+        return
+    backend.refusing = False
+    for _ in range(2):
+        assert broker.allocate_once() == 1
+        backend.report(backend.launched[-1], ExecutorState.FAILED)
+
+
+@pytest.mark.parametrize("kind", ["launch failure", "crash loop"])
+@pytest.mark.parametrize("renewal", ["SetTarget", "re-register"])
+def test_a_rest_of_either_kind_survives_a_raised_target(kind: str, renewal: str) -> None:
+    """Raising the target lifts the engine's refuse filters (a Mesos revive); the tenant's
+    rest on t2 must outlast it, whatever began it (the bug: a launch failure's rest did not,
+    and SetTarget 2 brought two launches on t2 at once)."""
+    backend = RefusingBackend()
+    broker = Broker(backend, EngineConfig("drf"))
+    broker.start(loop=False)
+    broker.register(request("pi", PI, target=1, constraints={"type": "t2"}))
+    rest_on_t2(broker, kind)
+    attempts = len(backend.attempts)
+    assert broker.allocate_once() == 0
+    if renewal == "SetTarget":
+        broker.set_target("pi", 2)
+    else:
+        broker.register(request("pi", PI, target=2, constraints={"type": "t2"}))
+    assert broker.allocate_once() == 0
+    assert len(backend.attempts) == attempts  # nothing launched, nor tried, on t2
+    broker.stop()
+
+
 def test_lease_expiry_reclaims_a_silent_tenant() -> None:
     backend = RecordingBackend()
     broker = Broker(backend, EngineConfig("drf", mode="characterized"), lease_seconds=0.2)
@@ -358,4 +409,18 @@ def test_agents_come_and_go_with_the_backend() -> None:
     assert broker.engine.tasks_of("pi") == 5
     for agent in broker.allocation().agents:
         assert agent.allocated["cpus"] <= agent.capacity["cpus"]
+    broker.stop()
+
+
+def test_losing_the_agent_of_a_stopping_tenant_forgets_it_and_serves_the_others() -> None:
+    backend = RecordingBackend()
+    broker = Broker(backend, EngineConfig("drf"))
+    broker.start(loop=False)
+    broker.register(request("gone", PI, target=1, constraints={"type": "t1"}))
+    broker.register(request("stays", WORDCOUNT, target=1, constraints={"type": "t3"}))
+    assert broker.allocate_once() == 2
+    broker.unregister("gone")  # its executor on t1 is asked to stop and never reports
+    broker.agent_removed("t1")
+    assert list(broker.tenants) == ["stays"] and "gone" not in broker.engine.frameworks
+    assert broker.engine.tasks_of("stays") == 1
     broker.stop()

@@ -12,20 +12,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from allocator.backends.base import AgentInfo, Backend, ExecutorState, LaunchSpec, TaskStatus
-from allocator.broker import faults
+from allocator.broker import faults, tenants
 from allocator.broker.errors import ApiError, invalid, unavailable
-from allocator.broker.lifecycle import (
-    LAUNCH_FAILURE_REST_SECONDS,
-    STOP_TIMEOUT_SECONDS,
-    rest_after_exit,
-)
 from allocator.broker.limits import Limits
 from allocator.broker.proto import pb
-from allocator.broker.snapshot import engine_allocation
+from allocator.broker.snapshot import broker_info, engine_allocation, executor_messages
 from allocator.broker.store import Store, StoreError
+from allocator.broker.tenants import ExecutorRecord, Refusals, Tenant
 from allocator.broker.validation import (
     GROUP,
     check_kill,
@@ -45,35 +40,6 @@ log = logging.getLogger(__name__)
 DEFAULT_LEASE_SECONDS = 30.0
 DEFAULT_SCHEDULER = "rpsdsf"  # the broker's, when none is configured
 HISTORY = 10_000  # latency samples kept for reports and benchmarks
-
-
-@dataclass
-class ExecutorRecord:
-    spec: LaunchSpec
-    state: ExecutorState
-    granted_at: float  # broker clock (monotonic)
-    started_at: float  # unix seconds, for reports
-
-
-@dataclass
-class Tenant:
-    request: pb.RegisterRequest
-    demand: dict[str, float]
-    target: int
-    last_seen: float
-    next_executor: int = 1
-    executors: dict[str, ExecutorRecord] = field(default_factory=dict)
-    failures: dict[str, int] = field(default_factory=dict)  # agent -> failed launches
-    rests: dict[str, float] = field(default_factory=dict)  # agent -> crash-loop rest until
-    grants: int = 0  # executors launched for it
-    kills: int = 0  # executors killed at its request
-    # Dropped (unregistered, lease expired): unknown to the API, but its executors hold
-    # their capacity until their processes have exited.
-    stopping_since: float | None = None
-
-    @property
-    def tenant_id(self) -> str:
-        return self.request.tenant_id
 
 
 class Broker:
@@ -247,16 +213,11 @@ class Broker:
         with self._lock:
             tenant = self._tenant(tenant_id)
             tenant.last_seen = time.monotonic()
-            killed = []
-            for executor_id in executor_ids:
-                record = tenant.executors.get(executor_id)
-                if record is None or record.state is ExecutorState.KILLING:
-                    continue
-                record.state = ExecutorState.KILLING
+            killed = tenant.start_killing(executor_ids)
+            for executor_id in killed:
                 self.backend.kill(tenant_id, executor_id)
-                self.kills_total += 1
-                tenant.kills += 1
-                killed.append(executor_id)
+            self.kills_total += len(killed)
+            tenant.kills += len(killed)
             return killed
 
     def unregister(self, tenant_id: str) -> None:
@@ -310,41 +271,12 @@ class Broker:
             for entry in allocation.tenants:
                 tenant = self.tenants[entry.tenant_id]
                 entry.declared = self._declared(tenant)
-                entry.executors.extend(
-                    pb.Executor(
-                        executor_id=e.spec.executor_id,
-                        agent=e.spec.agent,
-                        state=e.state.value,
-                        started_at=e.started_at,
-                    )
-                    for e in tenant.executors.values()
-                )
+                entry.executors.extend(executor_messages(tenant.executors.values()))
             return allocation
 
     # ---- internals ---------------------------------------------------------------------
     def _info(self) -> pb.BrokerInfo:
-        engine = self.engine
-        return pb.BrokerInfo(
-            scheduler=engine.scheduler.name,
-            mode=str(engine.mode),
-            selection=str(engine.selection),
-            backend=self.backend.name,
-            grants_total=engine.grants_total,
-            runs_total=engine.runs,
-            uptime_seconds=time.time() - self.started,
-            resources=list(engine.resources),
-            backend_status=self._backend_status(),
-            level=str(engine.level),
-            trigger=str(engine.trigger),
-            ties=str(engine.ties),
-            role_weights={r: w for r, w in engine.role_weights.items() if w != 1.0},
-            interval_seconds=engine.interval,
-        )
-
-    def _backend_status(self) -> str:
-        """The backend's own state in words (Mesos: the link to the master), or ''."""
-        link = getattr(self.backend, "link", None)
-        return link.describe() if link is not None else ""
+        return broker_info(self.engine, self.backend, time.time() - self.started)
 
     def _declared(self, tenant: Tenant) -> bool:
         """Does the policy see this tenant's demand vector (workload-characterized)?"""
@@ -390,7 +322,6 @@ class Broker:
         tenant = Tenant(
             request=request,
             demand=demand,
-            target=0,
             last_seen=now,
             next_executor=self._id_floor.get(request.tenant_id, 1),
         )
@@ -407,14 +338,15 @@ class Broker:
 
     def _set_target(self, tenant: Tenant, total: int) -> None:
         """The tenant's wish is kept as sent; the policy sees it held at the executor cap."""
-        tenant.target = int(total)
         cap = self.limits.max_executors_per_tenant
-        self.engine.set_target(tenant.tenant_id, min(tenant.target, cap))
-        # raising a target lifts the engine's refuse filters (a Mesos revive); a crash-loop
-        # rest must outlast that
-        now = time.monotonic()
-        tenant.rests = {a: t for a, t in tenant.rests.items() if t > now}
-        for agent, until in tenant.rests.items():
+        self.engine.set_target(tenant.tenant_id, min(int(total), cap))
+        # after the engine's revive, which lifted the tenant's refuse filters
+        self._apply(tenant, tenants.set_target(tenant.standing, total, time.monotonic()))
+
+    def _apply(self, tenant: Tenant, change: tuple[tenants.Standing, Refusals]) -> None:
+        """A tenant's new standing (allocator/broker/tenants.py), and its rests to the engine."""
+        tenant.standing, refusals = change
+        for agent, until in refusals.items():
             if agent in self.engine.agents:
                 self.engine.refuse(tenant.tenant_id, agent, until)
 
@@ -423,17 +355,14 @@ class Broker:
         only once the last of them has exited. Raises StoreError (nothing changed) when the
         state file cannot record it."""
         self.store.delete_tenant(tenant.tenant_id, executors=False)
-        tenant.stopping_since = time.monotonic()
+        self._apply(tenant, tenants.dropped(tenant.standing, time.monotonic()))
         self.engine.set_target(tenant.tenant_id, 0)
         log.info(
             "tenant %s %s; stopping its %d executors", tenant.tenant_id, why,
             len(tenant.executors),
         )  # fmt: skip
-        # a backend may report an exit from inside kill(): iterate over a copy
-        for executor_id, record in list(tenant.executors.items()):
-            if record.state is not ExecutorState.KILLING:
-                record.state = ExecutorState.KILLING
-                self.backend.kill(tenant.tenant_id, executor_id)
+        for executor_id in tenant.start_killing(list(tenant.executors)):
+            self.backend.kill(tenant.tenant_id, executor_id)
         self._forget_if_stopped(tenant)
 
     def _forget_if_stopped(self, tenant: Tenant) -> None:
@@ -478,30 +407,29 @@ class Broker:
             self._best_effort(self.store.delete_executor, status.tenant_id, status.executor_id)
             if agent in self.engine.agents:
                 self.engine.release(status.tenant_id, agent)
-            if tenant.stopping_since is None:
-                self._count_failure(tenant, record, status.state)
+            self._exited(tenant, record, status.state)
             self._forget_if_stopped(tenant)
             self._poke()
 
-    def _count_failure(self, tenant: Tenant, record: ExecutorRecord, state: ExecutorState) -> None:
-        """Crash-loop protection (allocator/broker/lifecycle.py): executors failing soon after
-        their launch rest the tenant on that agent."""
-        agent = record.spec.agent
-        rest = rest_after_exit(
-            tenant.failures,
+    def _exited(self, tenant: Tenant, record: ExecutorRecord, state: ExecutorState) -> None:
+        """Crash-loop protection: executors failing soon after their launch rest the tenant
+        on that agent (`tenants.executor_exited`)."""
+        now, agent = time.monotonic(), record.spec.agent
+        change = tenants.executor_exited(
+            tenant.standing,
             agent,
             state,
             registered=record.state is not ExecutorState.LAUNCHING,
-            seconds_since_launch=time.monotonic() - record.granted_at,
+            seconds_since_launch=now - record.granted_at,
+            now=now,
         )
-        if rest is None:
-            return
-        log.warning(
-            "tenant %s: %d executors in a row failed soon after their launch on %s; "
-            "resting it there for %.0f s", tenant.tenant_id, tenant.failures[agent], agent, rest,
-        )  # fmt: skip
-        tenant.rests[agent] = time.monotonic() + rest
-        self.engine.refuse(tenant.tenant_id, agent, tenant.rests[agent])
+        self._apply(tenant, change)
+        if change[1]:
+            log.warning(
+                "tenant %s: %d executors in a row failed soon after their launch on %s; "
+                "resting it there for %.0f s", tenant.tenant_id, tenant.standing.failures[agent],
+                agent, tenant.standing.rests[agent] - now,
+            )  # fmt: skip
 
     def agent_added(self, agent: AgentInfo) -> None:
         capacity = {r: v for r, v in agent.resources.items() if r in self.engine.resources}
@@ -520,12 +448,14 @@ class Broker:
             if name not in self.engine.agents:
                 return
             self.engine.remove_agent(name)  # its tasks leave the accounting with it
-            for tenant in self.tenants.values():
-                for executor_id, record in list(tenant.executors.items()):
-                    if record.spec.agent == name:
-                        log.warning("executor %s/%s lost with agent %s", *_key(record.spec), name)
-                        del tenant.executors[executor_id]
-                        self._best_effort(self.store.delete_executor, tenant.tenant_id, executor_id)
+            for tenant in list(self.tenants.values()):
+                self._apply(tenant, tenants.agent_lost(tenant.standing, name))
+                for executor_id in tenant.executors_on(name):
+                    log.warning(
+                        "executor %s/%s lost with agent %s", tenant.tenant_id, executor_id, name
+                    )
+                    del tenant.executors[executor_id]
+                    self._best_effort(self.store.delete_executor, tenant.tenant_id, executor_id)
                 self._forget_if_stopped(tenant)
             self.agent_hosts.pop(name, None)
             self.agent_attributes.pop(name, None)
@@ -542,7 +472,7 @@ class Broker:
     def _expire_leases(self, now: float) -> None:
         for tenant in list(self.tenants.values()):
             if tenant.stopping_since is not None:
-                if now - tenant.stopping_since > STOP_TIMEOUT_SECONDS:
+                if tenants.never_reported(tenant.standing, now):
                     log.warning(
                         "tenant %s: %d executors never reported their exit; forgetting them",
                         tenant.tenant_id, len(tenant.executors),
@@ -552,7 +482,7 @@ class Broker:
                     tenant.executors.clear()
                     self._forget_if_stopped(tenant)
                 continue
-            if now - tenant.last_seen > self.lease_seconds:
+            if tenants.lease_expired(tenant.last_seen, now, self.lease_seconds):
                 log.warning(
                     "tenant %s sent nothing for %.0f s (lease %.0f s)",
                     tenant.tenant_id, now - tenant.last_seen, self.lease_seconds,
@@ -625,9 +555,7 @@ class Broker:
             del tenant.executors[executor_id]
             self._best_effort(self.store.delete_executor, tenant.tenant_id, executor_id)
             self.engine.release(tenant.tenant_id, agent)
-            self.engine.refuse(
-                tenant.tenant_id, agent, time.monotonic() + LAUNCH_FAILURE_REST_SECONDS
-            )
+            self._apply(tenant, tenants.launch_failed(tenant.standing, agent, time.monotonic()))
             return False
         faults.point("after-launch")
         # Not fatal: the LAUNCHING row finds the process by its marker at the next start.

@@ -1,4 +1,5 @@
-"""The Allocation message (tenants and agents) from the online engine's state.
+"""The Allocation message (tenants and agents) from the online engine's state, and the
+broker's part of it (BrokerInfo, a tenant's executors).
 
 One definition for the live broker, the simulator and the metrics: whatever reads an
 allocation (`fairbroker status`, Prometheus, time series) reads this message.
@@ -6,9 +7,13 @@ allocation (`fairbroker status`, Prometheus, time series) reads this message.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
+from allocator.backends.base import Backend
 from allocator.broker.proto import pb
+from allocator.broker.tenants import ExecutorRecord
 from allocator.engine import Engine
 
 
@@ -58,6 +63,38 @@ def engine_allocation(
         for name, record in engine.agents.items()
     ]
     return pb.Allocation(broker=info, tenants=tenants, agents=agents)
+
+
+def broker_info(engine: Engine, backend: Backend, uptime_seconds: float) -> pb.BrokerInfo:
+    link = getattr(backend, "link", None)  # Mesos: the link to the master, in words
+    return pb.BrokerInfo(
+        scheduler=engine.scheduler.name,
+        mode=str(engine.mode),
+        selection=str(engine.selection),
+        backend=backend.name,
+        grants_total=engine.grants_total,
+        runs_total=engine.runs,
+        uptime_seconds=uptime_seconds,
+        resources=list(engine.resources),
+        backend_status=link.describe() if link is not None else "",
+        level=str(engine.level),
+        trigger=str(engine.trigger),
+        ties=str(engine.ties),
+        role_weights={r: w for r, w in engine.role_weights.items() if w != 1.0},
+        interval_seconds=engine.interval,
+    )
+
+
+def executor_messages(records: Iterable[ExecutorRecord]) -> list[pb.Executor]:
+    return [
+        pb.Executor(
+            executor_id=e.spec.executor_id,
+            agent=e.spec.agent,
+            state=e.state.value,
+            started_at=e.started_at,
+        )
+        for e in records
+    ]
 
 
 def _named(resources: tuple[str, ...], values: np.ndarray) -> dict[str, float]:
