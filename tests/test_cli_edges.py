@@ -279,9 +279,9 @@ def test_a_port_taken_after_the_preflight_is_the_same_one_line_error(tmp_path, m
     server binds. Simulated by letting the first (pre-flight) check pass while it is taken."""
     import signal
 
-    from allocator import serve
-    from allocator.listen_check import ListenError
-    from allocator.serve_config import ServeConfig
+    from allocator.cli import serve
+    from allocator.cli.listen_check import ListenError
+    from allocator.cli.serve_config import ServeConfig
 
     real, calls = serve.check_can_listen, []
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from support.commands import run_fairbroker
 
-from allocator.serve_config import MASK, ConfigError, ServeConfig, load_serve_config
+from allocator.cli.serve_config import MASK, ConfigError, ServeConfig, load_serve_config
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "deploy" / "fairbroker.yaml"
@@ -83,7 +83,7 @@ def test_every_option_has_an_environment_variable() -> None:
 
 
 def test_flag_defaults_shown_in_help_are_the_schemas() -> None:
-    from allocator.cli_live import SERVE_DEFAULTS
+    from allocator.cli.live import SERVE_DEFAULTS
 
     for key, value in SERVE_DEFAULTS.items():
         default = ServeConfig.model_fields[key].default

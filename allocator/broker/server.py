@@ -16,9 +16,9 @@ from allocator.broker.grpc_server import TenantGrpcServer
 from allocator.broker.http_server import TenantHttpServer
 from allocator.broker.limits import Limits
 from allocator.broker.metrics import BrokerMetrics, MetricsServer
+from allocator.broker.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from allocator.broker.store import Store
 from allocator.engine_config import EngineConfig
-from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from allocator.scenarios.cluster_file import DEFAULT_CLUSTER, load_cluster_file
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from typing import Any
 
 import click
 
-from allocator.cli_fuga import fuga_options
-from allocator.cli_types import (
+from allocator.cli.fuga_options import fuga_options
+from allocator.cli.option_types import (
     SEED,
     FiniteFloat,
     choice_of,

@@ -10,9 +10,9 @@ from typing import Any
 
 import click
 
-from allocator.cli_engine import engine_options
-from allocator.cli_types import ADMISSION_OPTION, FiniteFloat
-from allocator.outputs import check_output_file, check_stdout, plot_suffixes
+from allocator.cli.engine_options import engine_options
+from allocator.cli.option_types import ADMISSION_OPTION, FiniteFloat
+from allocator.cli.outputs import check_output_file, check_stdout, plot_suffixes
 
 #: Options that exist for one scenario kind only; given for the other, they are an error.
 BATCH_ONLY = ("admission",)

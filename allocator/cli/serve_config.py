@@ -26,12 +26,12 @@ from pydantic import (
     model_validator,
 )
 
+from allocator.broker.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from allocator.engine_config import EngineConfig, Trigger, parse_role_weights
 from allocator.errors import FairbrokerError, did_you_mean
 from allocator.mesos_defaults import ALLOCATION_INTERVAL_SECONDS, REFUSE_SECONDS
 from allocator.policy import SCHEDULERS, Selection, Ties
 from allocator.policy.levels import Level
-from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from allocator.scenarios.files import read_yaml
 from allocator.state import Mode
 
