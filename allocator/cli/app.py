@@ -32,7 +32,7 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
-@engine_options(scheduler=None, exclude=CLOCK_AND_ROLES)
+@engine_options(scheduler_required=True, exclude=CLOCK_AND_ROLES)
 @click.option("--trials", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option(
     "--optimum/--no-optimum",

@@ -1,40 +1,33 @@
-"""The engine's command-line options, defined once for every command that runs the engine.
+"""The engine's command-line options, derived from `EngineConfig`'s fields for every command
+that runs the engine.
 
-`engine_options()` adds --scheduler, --mode, --selection, --level, --trigger, --ties, --seed,
---interval, --refuse-seconds and --role-weight (and FUGA's two) and hands the command one
-`engine: EngineConfig`. A command leaves out the options that cannot apply to it (a static
-`fill` has no clock and no roles); it never accepts an option only to ignore it.
-`serve` uses `engine_flags()` instead: the same options with no defaults, so that a flag
-not given leaves the value to the environment or the config file.
+Each field is one option: its name (`--refuse-seconds`, or the field's `Setting.flag`), its
+default, its help text, its values (`Setting.choices`) and its range (`Setting.minimum`)
+all come from `allocator/engine_config.py`, so a new field is a new option here without
+being written again. `engine_options()` hands the command one `engine: EngineConfig`; a
+command leaves out the options that cannot apply to it (a static `fill` has no clock and no
+roles: the fields marked `online`); it never accepts an option only to ignore it. `serve`
+uses `engine_flags()` instead: the same options with no defaults, so that a flag not given
+leaves the value to the environment or the config file.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
+from dataclasses import Field, fields
 from typing import Any
 
 import click
 
 from allocator.cli.fuga_options import fuga_options
-from allocator.cli.option_types import (
-    SEED,
-    FiniteFloat,
-    choice_of,
-    mode_choice,
-    scheduler_choice,
-    selection_choice,
-    ties_choice,
-)
-from allocator.mesos_defaults import ALLOCATION_INTERVAL_SECONDS, REFUSE_SECONDS
+from allocator.cli.option_types import FiniteFloat, choice_of
+from allocator.engine_config import EngineConfig, default_of, setting_of
 
-#: Every option, in --help order, with its EngineConfig field.
-ENGINE_FIELDS = (
-    "scheduler", "mode", "selection", "level", "trigger", "ties", "seed", "interval",
-    "refuse_seconds", "role_weights",
-)  # fmt: skip
+#: Every option, in --help order: EngineConfig's fields.
+ENGINE_FIELDS = tuple(item.name for item in fields(EngineConfig))
 #: What a command without a clock (a static fill) cannot use.
-CLOCK_AND_ROLES = ("level", "trigger", "interval", "refuse_seconds", "role_weights")
+CLOCK_AND_ROLES = tuple(item.name for item in fields(EngineConfig) if setting_of(item).online)
 
 
 def role_weights_of(values: Iterable[str]) -> dict[str, float]:
@@ -52,110 +45,81 @@ def _role_weights(ctx: click.Context, param: click.Parameter, value: tuple[str, 
     return role_weights_of(value) if value else None
 
 
-def _options(defaults: dict[str, Any] | None, scheduler_required: bool) -> dict[str, Callable]:
-    """Click decorators by field; `defaults` None: no defaults (serve's layers)."""
-    d = (defaults or {}).get
-    show = defaults is not None
-    return {
-        "scheduler": click.option(
-            "--scheduler", "-s", type=scheduler_choice(), required=scheduler_required,
-            default=d("scheduler"), show_default=show, help="Fairness criterion.",
-        ),
-        "mode": click.option(
-            "--mode", type=mode_choice(), default=d("mode"), show_default=show,
-            help="characterized: tenants declare their executor size; oblivious: a tenant is "
-            "offered an agent's whole remainder.",
-        ),
-        "selection": click.option(
-            "--selection", type=selection_choice(), default=None,
-            help="Server selection (default: the scheduler's own; firstfit with drf is "
-            "First-Fit DRFH).",
-        ),
-        "level": click.option(
-            "--level", type=choice_of("allocator.policy.levels", "Level"), default=d("level"),
-            show_default=show, help="role: groups first, then frameworks within (Mesos); "
-            "framework: flat.",
-        ),
-        "trigger": click.option(
-            "--trigger", type=choice_of("allocator.engine_config", "Trigger"),
-            default=d("trigger"), show_default=show,
-            help="tick: freed resources wait for the next allocation run (Mesos); release: "
-            "at once.",
-        ),
-        "ties": click.option(
-            "--ties", type=ties_choice(), default=d("ties"), show_default=show,
-            help="Tie rule among equally fair choices (waste: the agent left least unusable).",
-        ),
-        "seed": click.option(
-            "--seed", type=SEED, default=d("seed"), show_default=show,
-            help="Seed of the allocator's random choices.",
-        ),
-        "interval": click.option(
-            "--interval", type=FiniteFloat(min=0, min_open=True), default=d("interval"),
-            show_default=show, help="Seconds between allocation runs (Mesos: 1).",
-        ),
-        "refuse_seconds": click.option(
-            "--refuse-seconds", type=FiniteFloat(min=0), default=d("refuse_seconds"),
-            show_default=show,
-            help="How long declined resources stay hidden from the tenant (Mesos: 5).",
-        ),
-        "role_weights": click.option(
-            "--role-weight", "role_weights", multiple=True, metavar="GROUP=WEIGHT",
-            callback=None if defaults is None else _role_weights,
-            help="Weight of a group (role) in two-level fairness (repeat; default 1; a batch "
-            "file's group weights are the defaults).",
-        ),
-    }
+def _is_mapping(item: Field) -> bool:
+    return item.default_factory is dict
+
+
+def _click_type(item: Field) -> click.ParamType | None:
+    spec = setting_of(item)
+    if spec.choices:
+        module, _, name = spec.choices.partition(":")
+        return choice_of(module, name)
+    low = spec.minimum
+    if type(item.default) is int:
+        return click.IntRange(min=low, min_open=spec.exclusive)
+    if type(item.default) is float:
+        return FiniteFloat(min=low, min_open=spec.exclusive)
+    return None
+
+
+def _option(item: Field, with_default: bool, required: bool = False) -> Callable:
+    """The click decorator of one field; `with_default` False: no default (serve's layers)."""
+    spec = setting_of(item)
+    names = [spec.flag or "--" + item.name.replace("_", "-"), *([spec.short] if spec.short else [])]
+    if _is_mapping(item):  # GROUP=WEIGHT, repeated
+        return click.option(
+            *names, item.name, multiple=True, metavar=spec.metavar, help=spec.help,
+            callback=_role_weights if with_default else None,
+        )  # fmt: skip
+    default = default_of(item) if with_default and not required else None
+    return click.option(
+        *names, item.name, type=_click_type(item), required=required, default=default,
+        show_default=with_default and default is not None, help=spec.help,
+    )  # fmt: skip
 
 
 def engine_options(
-    scheduler: str | None = "rpsdsf", exclude: Iterable[str] = ()
+    scheduler_required: bool = False, exclude: Iterable[str] = ()
 ) -> Callable[[Callable], Callable]:
     """The engine's options, passed to the command as one `engine: EngineConfig`
-    (`scheduler` None: --scheduler is required). Bad combinations are one-line errors."""
-    defaults = {
-        "scheduler": scheduler, "mode": "characterized", "level": "role", "trigger": "tick",
-        "ties": "random", "seed": 0, "interval": ALLOCATION_INTERVAL_SECONDS,
-        "refuse_seconds": REFUSE_SECONDS,
-    }  # fmt: skip
-    chosen = [f for f in ENGINE_FIELDS if f not in set(exclude)]
-    decorators = _options(defaults, scheduler_required=scheduler is None)
+    (`scheduler_required`: --scheduler has no default). Bad combinations are one-line
+    errors."""
+    chosen = [f for f in fields(EngineConfig) if f.name not in set(exclude)]
 
     def decorate(command: Callable) -> Callable:
         @functools.wraps(command)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            values = {f: kwargs.pop(f) for f in chosen}
+            values = {f.name: kwargs.pop(f.name) for f in chosen}
             kwargs["engine"] = build_engine_config(values)
             return command(*args, **kwargs)
 
-        for field in reversed(chosen):
-            wrapper = decorators[field](wrapper)
+        for item in reversed(chosen):
+            required = scheduler_required and item.name == "scheduler"
+            wrapper = _option(item, with_default=True, required=required)(wrapper)
         return fuga_options(wrapper)
 
     return decorate
 
 
 def engine_flags(
-    fields: Iterable[str] = ENGINE_FIELDS, fuga: bool = False
+    names: Iterable[str] = ENGINE_FIELDS, fuga: bool = False
 ) -> Callable[[Callable], Callable]:
     """The same options without defaults, passed through as they are: for `serve` (flags >
     env > file > defaults; `fuga`: --fuga-k/--fuga-lambda as values too) and `configure`
     (a flag not given keeps the broker's value)."""
-    decorators = _options(None, scheduler_required=False)
-    chosen = [f for f in ENGINE_FIELDS if f in set(fields)]
+    chosen = [f for f in fields(EngineConfig) if f.name in set(names)]
 
     def decorate(func: Callable) -> Callable:
         if fuga:
             func = fuga_options(func, as_values=True)
-        for field in reversed(chosen):
-            func = decorators[field](func)
+        for item in reversed(chosen):
+            func = _option(item, with_default=False)(func)
         return func
 
     return decorate
 
 
-def build_engine_config(values: dict[str, Any]):
-    from allocator.engine_config import EngineConfig
+def build_engine_config(values: dict[str, Any]) -> EngineConfig:
     from allocator.errors import FairbrokerError
 
     values = {k: v for k, v in values.items() if v is not None}
@@ -163,3 +127,4 @@ def build_engine_config(values: dict[str, Any]):
         return EngineConfig(**values)
     except FairbrokerError as error:
         raise click.UsageError(str(error)) from None
+

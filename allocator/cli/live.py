@@ -303,7 +303,7 @@ def render_engine(info) -> str:
 
 @click.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
-@engine_options("rpsdsf")
+@engine_options()
 @click.option(
     "--out", type=click.Path(file_okay=False), default="results/batch", show_default=True,
     help="Job logs, the broker's state, result.json and allocation.png.",
@@ -415,7 +415,7 @@ def _check_running_broker(broker: str, token: str | None, engine) -> None:
     from allocator.engine_config import EngineConfig
 
     asked = engine.replace(role_weights={})
-    if asked != EngineConfig.mesos("rpsdsf"):
+    if asked != EngineConfig():
         raise click.UsageError(
             "--broker: the running broker's configuration decides; change it with "
             "`fairbroker configure` instead of giving engine options here"

@@ -53,18 +53,6 @@ def choice_of(module: str, name: str) -> LazyChoice:
     return LazyChoice(load)
 
 
-def scheduler_choice() -> LazyChoice:
-    return choice_of("allocator.policy", "SCHEDULERS")
-
-
-def mode_choice() -> LazyChoice:
-    return choice_of("allocator.state", "Mode")
-
-
-def selection_choice() -> LazyChoice:
-    return choice_of("allocator.policy", "Selection")
-
-
 def ties_choice() -> LazyChoice:
     return choice_of("allocator.policy", "Ties")
 
@@ -90,3 +78,4 @@ class FiniteFloat(click.FloatRange):
         if number != number or number in (float("inf"), float("-inf")):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return number
+

@@ -21,7 +21,7 @@ TRACE_ONLY = ("horizon", "slots_per_server")
 
 @click.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
-@engine_options("rpsdsf")
+@engine_options()
 @click.option(
     "--seeds", type=click.IntRange(min=1, max=1000), default=1, show_default=True,
     help="Run seeds SEED .. SEED+N-1 and report each metric's mean and 95 % interval.",
