@@ -121,3 +121,10 @@ def test_serve_keys_are_the_fields_with_their_defaults_and_ranges():
     with pytest.raises(ConfigError, match=r"^role_weights \(from --role-weight\): a: must be in"):
         load_serve_config({"role_weights": ["a=0"]}, None, {})
 
+
+def test_sim_help_states_the_slots_default_the_code_uses():
+    from allocator.policy.slots import DEFAULT_SLOTS_PER_SERVER
+
+    out = run_fairbroker("sim", "--help")
+    assert out.returncode == 0
+    assert f"(default {DEFAULT_SLOTS_PER_SERVER})" in " ".join(out.stdout.split())

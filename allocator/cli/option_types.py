@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import click
 
@@ -79,3 +80,18 @@ class FiniteFloat(click.FloatRange):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return number
 
+
+class DefaultInHelp(click.Option):
+    """An option whose help names a default that lives in a module too heavy to import for
+    every command (`default_from="module:NAME"`, `{default}` in the help): read only when
+    the help is shown, so the text cannot drift from the code."""
+
+    def __init__(self, *args: Any, default_from: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._default_from = default_from
+        self._template = self.help or ""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        module, _, name = self._default_from.partition(":")
+        self.help = self._template.format(default=getattr(importlib.import_module(module), name))
+        return super().get_help_record(ctx)

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from allocator.cli.engine_options import engine_options
-from allocator.cli.option_types import ADMISSION_OPTION, FiniteFloat
+from allocator.cli.option_types import ADMISSION_OPTION, DefaultInHelp, FiniteFloat
 from allocator.cli.outputs import check_output_file, check_stdout, plot_suffixes
 
 #: Options that exist for one scenario kind only; given for the other, they are an error.
@@ -37,8 +37,9 @@ TRACE_ONLY = ("horizon", "slots_per_server")
     help="Traces: stop at this many simulated seconds (default: the scenario's).",
 )  # fmt: skip
 @click.option(
-    "--slots-per-server", type=click.IntRange(min=1), default=None,
-    help="Traces, scheduler slots: slots of the largest server (default 12).",
+    "--slots-per-server", type=click.IntRange(min=1), default=None, cls=DefaultInHelp,
+    default_from="allocator.policy.slots:DEFAULT_SLOTS_PER_SERVER",
+    help="Traces, scheduler slots: slots of the largest server (default {default}).",
 )  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
