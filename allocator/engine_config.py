@@ -1,26 +1,36 @@
-"""One validated configuration of the online engine, passed whole.
+"""One validated configuration of the online engine, passed whole, and the one place each
+engine setting and its default are written.
 
 Every command that runs the engine (`fill`, `sim`, `whatif`, `serve`, `batch`), both
 simulators and the broker build an `EngineConfig` once and hand it on; nothing below them
-takes the options one by one. The defaults are Mesos's (`EngineConfig.mesos()`): role-level
-fairness, an allocation run every second, freed resources waiting for it, and a 5 s refuse
-filter on declined resources.
+takes the options one by one. The command-line options (`allocator/cli/engine_options.py`)
+and `serve`'s configuration keys and FAIRBROKER_* variables (`allocator/cli/serve_config.py`)
+are derived from the fields below and their `Setting` metadata, so a new field is a new
+option everywhere. The defaults are Mesos's (`EngineConfig.mesos()`): role-level fairness,
+an allocation run every second, freed resources waiting for it, and a 5 s refuse filter on
+declined resources.
+
+The module imports no numerical library (the command line reads it for --help): the enum
+types of the fields are imported when a configuration is first validated.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from allocator.errors import FairbrokerError
 from allocator.mesos_defaults import ALLOCATION_INTERVAL_SECONDS, REFUSE_SECONDS
-from allocator.policy import Selection, Ties, scheduler
-from allocator.policy.levels import Level
-from allocator.state import Mode
+
+if TYPE_CHECKING:
+    from allocator.policy import Selection, Ties
+    from allocator.policy.levels import Level
+    from allocator.state import Mode
 
 #: Role (group) weights are bounded like tenant weights (allocator.broker.limits).
 MAX_ROLE_WEIGHT = 1000.0
@@ -35,6 +45,45 @@ class Trigger(StrEnum):
 
 class EngineConfigError(FairbrokerError):
     """An engine option out of range or unknown; the message names the option."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What the command line and serve's configuration need to know about a field beyond its
+    name, type and default."""
+
+    help: str = ""
+    #: "module:name" of its values (an enum, or a mapping's keys), imported on first use
+    choices: str | None = None
+    #: numbers: the smallest value allowed, and whether that value itself is excluded
+    minimum: float | None = None
+    exclusive: bool = False
+    #: only where there is a clock and roles (an online engine, not a static fill)
+    online: bool = False
+    #: command-line spelling when not --<name with dashes>, and a one-letter alias
+    flag: str | None = None
+    short: str | None = None
+    metavar: str | None = None
+
+    def values(self) -> Any:
+        module, _, name = (self.choices or "").partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+def setting(**options: Any) -> dict[str, Setting]:
+    """A field's metadata: `field(default=..., metadata=setting(help=..., ...))`."""
+    return {"setting": Setting(**options)}
+
+
+def setting_of(item: Field) -> Setting:
+    return item.metadata.get("setting", Setting())
+
+
+def default_of(item: Field) -> Any:
+    """A field's default (None when it has none)."""
+    if item.default is not MISSING:
+        return item.default
+    return item.default_factory() if item.default_factory is not MISSING else None
 
 
 def parse_role_weights(items: Iterable[str]) -> dict[str, float]:
@@ -62,39 +111,118 @@ def _enum(kind: type[StrEnum], value: object, name: str) -> Any:
         raise EngineConfigError(f"{name}: unknown {value!r} (one of {choices})") from None
 
 
+def _check_number(name: str, spec: Setting, value: Any, integer: bool) -> None:
+    low, exclusive = spec.minimum, spec.exclusive
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    if integer and not isinstance(value, int):
+        is_number = False
+    in_range = is_number and math.isfinite(value) and (value > low if exclusive else value >= low)
+    if in_range:
+        return
+    op = ">" if exclusive else ">="
+    if integer:
+        kind = f"an integer {op} {low:g}"
+        if (low, exclusive) == (0, False):
+            kind = "a non-negative integer"
+        raise EngineConfigError(f"{name}: must be {kind}, got {value!r}")
+    raise EngineConfigError(f"{name}: must be finite and {op} {low:g}, got {value}")
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """What the engine decides with. Strings are accepted for the enum fields and
     converted; every field is checked once, here."""
 
-    scheduler: str = "drf"
-    mode: Mode = Mode.CHARACTERIZED
-    selection: Selection | None = None  # None: the scheduler's own default
-    level: Level = Level.ROLE
-    trigger: Trigger = Trigger.TICK
-    ties: Ties = Ties.RANDOM
-    seed: int = 0
-    refuse_seconds: float = REFUSE_SECONDS
-    interval: float = ALLOCATION_INTERVAL_SECONDS
-    role_weights: Mapping[str, float] = field(default_factory=dict)
+    scheduler: str = field(
+        default="rpsdsf",
+        metadata=setting(
+            help="Fairness criterion.", choices="allocator.policy:SCHEDULERS", short="-s"
+        ),
+    )
+    mode: Mode = field(
+        default="characterized",
+        metadata=setting(
+            choices="allocator.state:Mode",
+            help="characterized: tenants declare their executor size; oblivious: a tenant is "
+            "offered an agent's whole remainder.",
+        ),
+    )
+    selection: Selection | None = field(
+        default=None,  # None: the scheduler's own default
+        metadata=setting(
+            choices="allocator.policy:Selection",
+            help="Server selection (default: the scheduler's own; firstfit with drf is "
+            "First-Fit DRFH).",
+        ),
+    )
+    level: Level = field(
+        default="role",
+        metadata=setting(
+            choices="allocator.policy.levels:Level",
+            online=True,
+            help="role: groups first, then frameworks within (Mesos); framework: flat.",
+        ),
+    )
+    trigger: Trigger = field(
+        default="tick",
+        metadata=setting(
+            choices="allocator.engine_config:Trigger",
+            online=True,
+            help="tick: freed resources wait for the next allocation run (Mesos); release: "
+            "at once.",
+        ),
+    )
+    ties: Ties = field(
+        default="random",
+        metadata=setting(
+            choices="allocator.policy:Ties",
+            help="Tie rule among equally fair choices (waste: the agent left least unusable).",
+        ),
+    )
+    seed: int = field(
+        default=0, metadata=setting(minimum=0, help="Seed of the allocator's random choices.")
+    )
+    refuse_seconds: float = field(
+        default=REFUSE_SECONDS,
+        metadata=setting(
+            minimum=0,
+            online=True,
+            help="How long declined resources stay hidden from the tenant (Mesos: 5).",
+        ),
+    )
+    interval: float = field(
+        default=ALLOCATION_INTERVAL_SECONDS,
+        metadata=setting(
+            minimum=0,
+            exclusive=True,
+            online=True,
+            help="Seconds between allocation runs (Mesos: 1).",
+        ),
+    )
+    role_weights: Mapping[str, float] = field(
+        default_factory=dict,
+        metadata=setting(
+            online=True,
+            flag="--role-weight",
+            metavar="GROUP=WEIGHT",
+            help="Weight of a group (role) in two-level fairness (repeat; default 1; a batch "
+            "file's group weights are the defaults).",
+        ),
+    )
 
     def __post_init__(self) -> None:
+        from allocator.policy import scheduler
+
         set_ = object.__setattr__  # frozen: normalise in place once
         set_(self, "scheduler", scheduler(self.scheduler).name)  # did-you-mean on a typo
-        set_(self, "mode", _enum(Mode, self.mode, "mode"))
-        if self.selection is not None:
-            set_(self, "selection", _enum(Selection, self.selection, "selection"))
-        set_(self, "level", _enum(Level, self.level, "level"))
-        set_(self, "trigger", _enum(Trigger, self.trigger, "trigger"))
-        set_(self, "ties", _enum(Ties, self.ties, "ties"))
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise EngineConfigError(f"seed: must be a non-negative integer, got {self.seed!r}")
-        if not (math.isfinite(self.refuse_seconds) and self.refuse_seconds >= 0):
-            raise EngineConfigError(
-                f"refuse_seconds: must be finite and >= 0, got {self.refuse_seconds}"
-            )
-        if not (math.isfinite(self.interval) and self.interval > 0):
-            raise EngineConfigError(f"interval: must be finite and > 0, got {self.interval}")
+        for item in fields(self):
+            spec, value = setting_of(item), getattr(self, item.name)
+            if value is None and item.default is None:
+                continue
+            if spec.choices and isinstance(kind := spec.values(), type):  # an enum
+                set_(self, item.name, _enum(kind, value, item.name))
+            elif spec.minimum is not None:
+                _check_number(item.name, spec, value, integer=type(item.default) is int)
         weights = dict(self.role_weights)
         for role, weight in weights.items():
             if not isinstance(role, str) or not role:
@@ -107,20 +235,23 @@ class EngineConfig:
 
     # ---- named constructors ------------------------------------------------------------
     @classmethod
-    def mesos(cls, scheduler: str = "drf", **changes: Any) -> EngineConfig:
-        """Mesos 1.x's allocator: role level, 1 s tick, 5 s refuse filter (the defaults)."""
-        return cls(scheduler, **changes)
+    def mesos(cls, scheduler: str | None = None, **changes: Any) -> EngineConfig:
+        """Mesos 1.x's allocator: role level, 1 s tick, 5 s refuse filter (the defaults);
+        `scheduler` None: the default one."""
+        return cls(**_scheduler(scheduler), **changes)
 
     @classmethod
-    def flat(cls, scheduler: str = "drf", **changes: Any) -> EngineConfig:
+    def flat(cls, scheduler: str | None = None, **changes: Any) -> EngineConfig:
         """Per-framework fairness with freed resources re-allocated at once: the setting in
         which the criteria alone, not Mesos's timing, separate the schedulers."""
-        changes = {"level": Level.FRAMEWORK, "trigger": Trigger.RELEASE, **changes}
-        return cls(scheduler, **changes)
+        changes = {"level": "framework", "trigger": Trigger.RELEASE, **changes}
+        return cls(**_scheduler(scheduler), **changes)
 
     # ---- derived -----------------------------------------------------------------------
     @property
     def effective_selection(self) -> Selection:
+        from allocator.policy import scheduler
+
         return self.selection or scheduler(self.scheduler).default_selection
 
     def replace(self, **changes: Any) -> EngineConfig:
@@ -132,16 +263,32 @@ class EngineConfig:
         return self if merged == dict(self.role_weights) else self.replace(role_weights=merged)
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {name: getattr(self, name) for name in _SCALAR_FIELDS}
-        data["selection"] = self.effective_selection
-        data = {k: (str(v) if isinstance(v, StrEnum) else v) for k, v in data.items()}
-        return data | {"role_weights": dict(self.role_weights)}
+        data: dict[str, Any] = {}
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if item.name == "selection":
+                value = self.effective_selection
+            if isinstance(value, Mapping):
+                value = dict(value)
+            data[item.name] = str(value) if isinstance(value, StrEnum) else value
+        return data
 
     def __hash__(self) -> int:
-        return hash((*(getattr(self, f) for f in _SCALAR_FIELDS), tuple(self.role_weights.items())))
+        values = (getattr(self, item.name) for item in fields(self))
+        return hash(tuple(tuple(v.items()) if isinstance(v, Mapping) else v for v in values))
 
 
-_SCALAR_FIELDS = (
-    "scheduler", "mode", "selection", "level", "trigger", "ties", "seed", "refuse_seconds",
-    "interval",
-)  # fmt: skip
+def _scheduler(name: str | None) -> dict[str, str]:
+    return {} if name is None else {"scheduler": name}
+
+
+def setting_types() -> dict[str, Any]:
+    """Each field's type, resolved (this imports the enums: not for --help)."""
+    import typing
+
+    from allocator.policy import Selection, Ties
+    from allocator.policy.levels import Level
+    from allocator.state import Mode
+
+    names = {"Mode": Mode, "Selection": Selection, "Level": Level, "Ties": Ties}
+    return typing.get_type_hints(EngineConfig, localns=names)

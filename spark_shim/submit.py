@@ -356,7 +356,7 @@ def submit_command(
     except FairbrokerError as error:
         raise click.ClickException(str(error)) from None
     if not dry_run:
-        from allocator.broker_address import check_submit_address, check_submit_token
+        from allocator.broker.address import check_submit_address, check_submit_token
 
         try:
             check_submit_address(broker)

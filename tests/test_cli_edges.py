@@ -36,7 +36,7 @@ def complete(*words: str) -> list[str]:
 
 def test_cli_import_leaves_heavy_modules_alone():
     code = (
-        "import json, sys; import allocator.cli; "
+        "import json, sys; from allocator.cli import cli; "
         f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -311,9 +311,9 @@ def test_a_port_taken_after_the_preflight_is_the_same_one_line_error(tmp_path, m
     server binds. Simulated by letting the first (pre-flight) check pass while it is taken."""
     import signal
 
-    from allocator import serve
-    from allocator.listen_check import ListenError
-    from allocator.serve_config import ServeConfig
+    from allocator.cli import serve
+    from allocator.cli.listen_check import ListenError
+    from allocator.cli.serve_config import ServeConfig
 
     real, calls = serve.check_can_listen, []
 

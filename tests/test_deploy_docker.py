@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from allocator.serve_config import load_serve_config
+from allocator.cli.serve_config import load_serve_config
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKER = REPO / "docker"

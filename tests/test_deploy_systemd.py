@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from allocator.serve_config import load_serve_config
+from allocator.cli.serve_config import load_serve_config
 
 REPO = Path(__file__).resolve().parents[1]
 UNIT = REPO / "deploy" / "systemd" / "fairbroker.service"

@@ -19,7 +19,7 @@ import hcl2
 import pytest
 import yaml
 
-from allocator.serve_config import load_serve_config
+from allocator.cli.serve_config import load_serve_config
 
 REPO = Path(__file__).resolve().parents[1]
 TF = REPO / "terraform"

@@ -72,7 +72,59 @@ def test_bad_configuration_names_the_field(changes, field):
 
 
 def test_named_constructors():
-    assert EngineConfig.mesos() == EngineConfig("drf")
+    assert EngineConfig.mesos() == EngineConfig() and EngineConfig().scheduler == "rpsdsf"
+    assert EngineConfig.mesos("drf") == EngineConfig("drf")
     flat = EngineConfig.flat("bfdrf")
     assert (str(flat.level), str(flat.trigger), str(flat.effective_selection)) == (
         "framework", "release", "bestfit")  # fmt: skip
+
+
+def test_every_field_is_an_option_with_the_fields_default():
+    """The options are EngineConfig's fields: one per field, named after it, with its
+    default (sim: every field; fill: the offline ones, --scheduler required)."""
+    from dataclasses import fields
+
+    from allocator.cli import cli
+    from allocator.engine_config import default_of
+
+    for command, names in (("sim", None), ("fill", {"scheduler", "mode", "selection", "ties",
+                                                     "seed"})):  # fmt: skip
+        params = {p.name: p for p in cli.commands[command].params}
+        for item in fields(EngineConfig):
+            if names is not None and item.name not in names:
+                assert item.name not in params, (command, item.name)
+                continue
+            param = params[item.name]
+            if item.name == "role_weights":
+                assert param.multiple and param.opts == ["--role-weight"]
+            elif command == "fill" and item.name == "scheduler":
+                assert param.required and param.default is None
+            else:
+                assert param.default == default_of(item), (command, item.name)
+                assert param.opts[0] == "--" + item.name.replace("_", "-")
+    assert EngineConfig().scheduler == "rpsdsf"
+
+
+def test_serve_keys_are_the_fields_with_their_defaults_and_ranges():
+    from dataclasses import fields
+
+    from allocator.cli.serve_config import ConfigError, ServeConfig, load_serve_config
+
+    config = ServeConfig()
+    for item in fields(EngineConfig):
+        assert item.name in ServeConfig.model_fields
+        assert getattr(config, item.name) == getattr(EngineConfig(), item.name), item.name
+    assert config.engine_config() == EngineConfig()
+    # a range from EngineConfig's declaration, and its own check, both name the source
+    with pytest.raises(ConfigError, match=r"^interval \(from FAIRBROKER_INTERVAL\): .*greater"):
+        load_serve_config({}, None, {"FAIRBROKER_INTERVAL": "0"})
+    with pytest.raises(ConfigError, match=r"^role_weights \(from --role-weight\): a: must be in"):
+        load_serve_config({"role_weights": ["a=0"]}, None, {})
+
+
+def test_sim_help_states_the_slots_default_the_code_uses():
+    from allocator.policy.slots import DEFAULT_SLOTS_PER_SERVER
+
+    out = run_fairbroker("sim", "--help")
+    assert out.returncode == 0
+    assert f"(default {DEFAULT_SLOTS_PER_SERVER})" in " ".join(out.stdout.split())

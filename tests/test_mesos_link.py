@@ -30,9 +30,9 @@ from allocator.backends.local import spark_home
 from allocator.backends.mesos import MesosBackend, MesosOptions
 from allocator.backends.mesos_link import MesosLink
 from allocator.broker.server import BrokerOptions, BrokerService
+from allocator.cli.serve_config import ServeConfig
+from allocator.cli.teardown import teardown_framework
 from allocator.engine_config import EngineConfig
-from allocator.serve_config import ServeConfig
-from allocator.teardown import teardown_framework
 
 AGENTS = [AgentSpec("a1", {"cpus": 4, "mem": 4096}, hostname="127.0.4.1")]
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
@@ -248,7 +248,7 @@ def test_stop_fails_over_by_default_and_teardown_removes_the_framework(tmp_path:
 def test_framework_settings_reach_the_framework_info(tmp_path: Path) -> None:
     """What SUBSCRIBE declares, from serve's configuration: name, task user, hostname,
     webui_url, roles, and GPU_RESOURCES only when GPUs are scheduled."""
-    from allocator.serve import broker_options, make_backend
+    from allocator.cli.serve import broker_options, make_backend
 
     config = ServeConfig(
         backend="mesos", master="127.0.0.1:5050", host="0.0.0.0", hostname="broker.example",
@@ -474,7 +474,7 @@ def test_status_tables_fit_real_41_character_ids() -> None:
     for the master's view and for the broker's allocation."""
     from allocator.backends.mesos_operator import MesosView
     from allocator.broker.proto import pb
-    from allocator.cli_live import render_allocation
+    from allocator.cli.live import render_allocation
 
     ids = ["bf5b8347-2242-4145-aba8-d78f25f107c7-S10", "bf5b8347-2242-4145-aba8-d78f25f107c7-S9"]
     fw = "bf5b8347-2242-4145-aba8-d78f25f107c7-0000"

@@ -29,7 +29,7 @@ from allocator.broker.client import BrokerCallError, BrokerClient
 from allocator.broker.core import Broker
 from allocator.broker.metrics import SPECS, BrokerMetrics, engine_reading
 from allocator.broker.server import DEFAULT_METRICS_PORT, BrokerOptions, BrokerService
-from allocator.cli_live import serve
+from allocator.cli.live import serve
 from allocator.engine_config import EngineConfig
 from allocator.metrics_defs import jain, task_shares
 from allocator.scenarios.batch import BatchSpec, parse_batch

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from support.commands import run_fairbroker
 
-from allocator.serve_config import MASK, ConfigError, ServeConfig, load_serve_config
+from allocator.cli.serve_config import MASK, ConfigError, ServeConfig, load_serve_config
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "deploy" / "fairbroker.yaml"
@@ -83,7 +83,7 @@ def test_every_option_has_an_environment_variable() -> None:
 
 
 def test_flag_defaults_shown_in_help_are_the_schemas() -> None:
-    from allocator.cli_live import SERVE_DEFAULTS
+    from allocator.cli.live import SERVE_DEFAULTS
 
     for key, value in SERVE_DEFAULTS.items():
         default = ServeConfig.model_fields[key].default
@@ -97,7 +97,7 @@ def test_flag_defaults_shown_in_help_are_the_schemas() -> None:
         ("port: [1]\n", {}, [], r"^port \(from file .*\): Input should be a valid integer"),
         ("lease: 0.5\n", {}, [], r"^lease \(from file .*\): .*greater than or equal to 1"),
         ("", {"FAIRBROKER_METRICS": "maybe"}, [], r"^metrics \(from FAIRBROKER_METRICS\): "),
-        ("scheduler: fifo\n", {}, [], r"^scheduler \(from file .*\): one of drf, .*'fifo'"),
+        ("scheduler: fifo\n", {}, [], r"^scheduler \(from file .*\): unknown 'fifo' \(known: drf"),
         ("backend: mesos\n", {}, [], r"^master: --backend mesos needs a master"),
         ("", {}, ["--master", "m:5050"], r"^master \(from --master\): only with backend mesos"),
         ("- a\n", {}, [], r"expected a mapping of serve options"),

@@ -38,7 +38,6 @@ from allocator.state import Mode
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 30.0
-DEFAULT_SCHEDULER = "rpsdsf"  # the broker's, when none is configured
 HISTORY = 10_000  # latency samples kept for reports and benchmarks
 
 
@@ -62,7 +61,7 @@ class Broker:
         resources = ["cpus", "mem"]
         for agent in agents:
             resources.extend(r for r in agent.resources if r not in resources)
-        self.engine = Engine(tuple(resources), config or EngineConfig.mesos(DEFAULT_SCHEDULER))
+        self.engine = Engine(tuple(resources), config or EngineConfig.mesos())
         # A backend that declares its agents up front (the embedded cluster) has a fixed
         # capacity, so a demand no agent holds is refused at registration.
         self._static_cluster = bool(agents)

@@ -11,14 +11,14 @@ from allocator.backends.base import AgentInfo, Backend
 from allocator.backends.local import LocalCluster
 from allocator.broker.api import RequestObserver
 from allocator.broker.asgi import HttpLimits
-from allocator.broker.core import DEFAULT_LEASE_SECONDS, DEFAULT_SCHEDULER, Broker
+from allocator.broker.core import DEFAULT_LEASE_SECONDS, Broker
 from allocator.broker.grpc_server import TenantGrpcServer
 from allocator.broker.http_server import TenantHttpServer
 from allocator.broker.limits import Limits
 from allocator.broker.metrics import BrokerMetrics, MetricsServer
+from allocator.broker.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from allocator.broker.store import Store
 from allocator.engine_config import EngineConfig
-from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from allocator.scenarios.cluster_file import DEFAULT_CLUSTER, load_cluster_file
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ __all__ = ["DEFAULT_GRPC_PORT", "DEFAULT_HTTP_PORT", "DEFAULT_METRICS_PORT", "Br
 
 @dataclass
 class BrokerOptions:
-    engine: EngineConfig = field(default_factory=lambda: EngineConfig.mesos(DEFAULT_SCHEDULER))
+    engine: EngineConfig = field(default_factory=EngineConfig.mesos)
     host: str = "127.0.0.1"
     http_port: int = DEFAULT_HTTP_PORT
     grpc_port: int = DEFAULT_GRPC_PORT

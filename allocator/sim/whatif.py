@@ -24,7 +24,9 @@ from allocator.scenarios.batch import BatchSpec
 from allocator.sim.batch_sim import BatchSimulator, SimResult
 from allocator.sim.stats import Estimate, Paired, estimate, paired
 
-BASELINE = "drf"  # the criterion of Mesos's default (hierarchical DRF) allocator
+#: The baseline a recommendation is measured against: the criterion of Mesos's default
+#: (hierarchical DRF) allocator, not fairbroker's default scheduler (EngineConfig's).
+MESOS_DEFAULT_CRITERION = "drf"
 #: The smallest makespan difference worth acting on, as a fraction of the makespan compared with.
 MIN_DIFFERENCE = 0.01
 
@@ -79,7 +81,8 @@ class Report:
         return [(c, None if c is best else paired(c.makespan, best.makespan)) for c in ranked]
 
     def baseline(self, mode: str) -> Config | None:
-        return next((c for c in self.configs if c.scheduler == BASELINE and c.mode == mode), None)
+        baseline = MESOS_DEFAULT_CRITERION
+        return next((c for c in self.configs if c.scheduler == baseline and c.mode == mode), None)
 
     def recommendation(self) -> str:
         best = self.ranked()[0]

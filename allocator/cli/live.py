@@ -6,9 +6,9 @@ import os
 
 import click
 
-from allocator.cli_engine import engine_flags, engine_options
-from allocator.cli_types import ADMISSION_OPTION, FiniteFloat, LazyChoice
-from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
+from allocator.broker.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
+from allocator.cli.engine_options import engine_flags, engine_options
+from allocator.cli.option_types import ADMISSION_OPTION, FiniteFloat, LazyChoice
 
 TOKEN_ENV = "FAIRBROKER_TOKEN"
 
@@ -47,7 +47,7 @@ SERVE_DEFAULTS = {
 
 
 def serve_options(func):
-    """serve's flags; each is a key of allocator.serve_config.ServeConfig (defaults there)."""
+    """serve's flags; each is a key of allocator.cli.serve_config.ServeConfig (defaults there)."""
     d = SERVE_DEFAULTS.get
     port = click.IntRange(0, 65535)
     options = [
@@ -169,8 +169,8 @@ def serve(ctx: click.Context, config_file: str | None, print_config: bool, **fla
     """Run the broker (embedded local cluster, or a Mesos framework) until SIGTERM/SIGINT."""
     from click.core import ParameterSource
 
-    from allocator.serve import run
-    from allocator.serve_config import CONFIG_ENV, load_serve_config
+    from allocator.cli.serve import run
+    from allocator.cli.serve_config import CONFIG_ENV, load_serve_config
 
     given = {
         key: value for key, value in flags.items()
@@ -188,7 +188,7 @@ def serve(ctx: click.Context, config_file: str | None, print_config: bool, **fla
 
 
 def _client(broker: str, token: str | None):
-    from allocator.broker_address import api_client
+    from allocator.broker.address import api_client
 
     return api_client(broker, token)
 
@@ -282,7 +282,7 @@ def configure(broker: str, token: str | None, role_weights: tuple[str, ...], **c
     """Change a running broker's scheduler, mode, selection, level, trigger, ties or group
     weights. The changes last until the broker stops: to keep them, put them in its
     configuration (serve --config FILE, FAIRBROKER_* or flags)."""
-    from allocator.cli_engine import role_weights_of
+    from allocator.cli.engine_options import role_weights_of
 
     weights = role_weights_of(role_weights)
     with _client(broker, token) as client:
@@ -303,7 +303,7 @@ def render_engine(info) -> str:
 
 @click.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
-@engine_options("rpsdsf")
+@engine_options()
 @click.option(
     "--out", type=click.Path(file_okay=False), default="results/batch", show_default=True,
     help="Job logs, the broker's state, result.json and allocation.png.",
@@ -339,7 +339,7 @@ def batch(
     from allocator.admission import AdmissionConfig, Policy
     from allocator.batch import run_live_batch
     from allocator.broker.server import BrokerOptions, BrokerService
-    from allocator.outputs import check_stdout, prepare_output_dir
+    from allocator.cli.outputs import check_stdout, prepare_output_dir
     from allocator.scenarios.batch import load_batch
     from allocator.scenarios.cluster_file import agent_infos
     from allocator.sim.series import write_series_csv
@@ -415,7 +415,7 @@ def _check_running_broker(broker: str, token: str | None, engine) -> None:
     from allocator.engine_config import EngineConfig
 
     asked = engine.replace(role_weights={})
-    if asked != EngineConfig.mesos("rpsdsf"):
+    if asked != EngineConfig():
         raise click.UsageError(
             "--broker: the running broker's configuration decides; change it with "
             "`fairbroker configure` instead of giving engine options here"

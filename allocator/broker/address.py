@@ -16,8 +16,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from allocator.broker.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT
 from allocator.errors import FairbrokerError
-from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT
 
 PROBE_SECONDS = 2.0
 

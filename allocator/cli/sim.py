@@ -10,9 +10,9 @@ from typing import Any
 
 import click
 
-from allocator.cli_engine import engine_options
-from allocator.cli_types import ADMISSION_OPTION, FiniteFloat
-from allocator.outputs import check_output_file, check_stdout, plot_suffixes
+from allocator.cli.engine_options import engine_options
+from allocator.cli.option_types import ADMISSION_OPTION, DefaultInHelp, FiniteFloat
+from allocator.cli.outputs import check_output_file, check_stdout, plot_suffixes
 
 #: Options that exist for one scenario kind only; given for the other, they are an error.
 BATCH_ONLY = ("admission",)
@@ -21,7 +21,7 @@ TRACE_ONLY = ("horizon", "slots_per_server")
 
 @click.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
-@engine_options("rpsdsf")
+@engine_options()
 @click.option(
     "--seeds", type=click.IntRange(min=1, max=1000), default=1, show_default=True,
     help="Run seeds SEED .. SEED+N-1 and report each metric's mean and 95 % interval.",
@@ -37,8 +37,9 @@ TRACE_ONLY = ("horizon", "slots_per_server")
     help="Traces: stop at this many simulated seconds (default: the scenario's).",
 )  # fmt: skip
 @click.option(
-    "--slots-per-server", type=click.IntRange(min=1), default=None,
-    help="Traces, scheduler slots: slots of the largest server (default 12).",
+    "--slots-per-server", type=click.IntRange(min=1), default=None, cls=DefaultInHelp,
+    default_from="allocator.policy.slots:DEFAULT_SLOTS_PER_SERVER",
+    help="Traces, scheduler slots: slots of the largest server (default {default}).",
 )  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")

@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from allocator.cli_types import SEED, choice_of
-from allocator.outputs import check_stdout
+from allocator.cli.option_types import SEED, choice_of
+from allocator.cli.outputs import check_stdout
 
 
 def _per_pair(cluster, x) -> dict[str, dict[str, float]]:

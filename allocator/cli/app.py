@@ -14,13 +14,13 @@ import click
 if TYPE_CHECKING:
     from allocator.engine_config import EngineConfig
 
-from allocator.cli_engine import CLOCK_AND_ROLES, engine_options
-from allocator.cli_types import (
+from allocator.cli.engine_options import CLOCK_AND_ROLES, engine_options
+from allocator.cli.option_types import (
     SEED,
     ties_choice,
 )
+from allocator.cli.outputs import check_stdout
 from allocator.errors import FairbrokerError
-from allocator.outputs import check_stdout
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -32,7 +32,7 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
-@engine_options(scheduler=None, exclude=CLOCK_AND_ROLES)
+@engine_options(scheduler_required=True, exclude=CLOCK_AND_ROLES)
 @click.option("--trials", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option(
     "--optimum/--no-optimum",
@@ -67,7 +67,7 @@ def fill(
 ) -> None:
     """Progressive filling of SCENARIO until no task fits anywhere, repeated TRIALS times
     (a static instance: no clock, no groups)."""
-    from allocator.fill_report import render_fill
+    from allocator.cli.fill_report import render_fill
     from allocator.scenarios.static import load_scenario
     from allocator.trials import run_trials
 
@@ -110,11 +110,11 @@ def table1(trials: int, seed: int, ties: str, as_json: bool) -> None:
 
 
 def _add_live_commands() -> None:
-    from allocator.cli_live import COMMANDS
-    from allocator.cli_sim import sim
-    from allocator.cli_solve import solve
-    from allocator.cli_whatif import whatif
-    from allocator.teardown import teardown
+    from allocator.cli.live import COMMANDS
+    from allocator.cli.sim import sim
+    from allocator.cli.solve import solve
+    from allocator.cli.teardown import teardown
+    from allocator.cli.whatif import whatif
     from spark_shim.submit import submit_command
 
     for command in (*COMMANDS, sim, submit_command, whatif, solve, teardown):

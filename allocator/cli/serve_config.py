@@ -5,6 +5,10 @@ the YAML file given with `--config` (or `FAIRBROKER_CONFIG`), and the defaults b
 keys of the file are the field names of `ServeConfig`; the environment variable of a key is
 its upper-cased name (`state_dir` -> `FAIRBROKER_STATE_DIR`; lists are comma-separated).
 Every error names the key and where its value came from, in one line.
+
+The engine's keys are not written here: they are `EngineConfig`'s fields, with its types,
+defaults and ranges (`_EngineKeys` is built from them), checked by building the
+`EngineConfig` itself.
 """
 
 from __future__ import annotations
@@ -12,34 +16,42 @@ from __future__ import annotations
 import getpass
 import os
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     SecretStr,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
 
-from allocator.engine_config import EngineConfig, Trigger, parse_role_weights
-from allocator.errors import FairbrokerError, did_you_mean
-from allocator.mesos_defaults import ALLOCATION_INTERVAL_SECONDS, REFUSE_SECONDS
-from allocator.policy import SCHEDULERS, Selection, Ties
-from allocator.policy.levels import Level
-from allocator.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
+from allocator.broker.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
+from allocator.engine_config import (
+    EngineConfig,
+    default_of,
+    parse_role_weights,
+    setting_of,
+    setting_types,
+)
+from allocator.errors import FairbrokerError
 from allocator.scenarios.files import read_yaml
-from allocator.state import Mode
 
 ENV_PREFIX = "FAIRBROKER_"
 CONFIG_ENV = "FAIRBROKER_CONFIG"
 MASK = "********"
 _PATH_KEYS = ("state_dir", "cluster", "token_file", "secret_file")
-_LIST_KEYS = ("roles", "executor_env", "executor_python", "limits", "role_weights")
+#: Flags not spelt --<key with dashes> (serve's own, and the engine's from EngineConfig).
+_FLAGS = {"roles": "--role", "limits": "--limit"} | {
+    f.name: setting_of(f).flag for f in fields(EngineConfig) if setting_of(f).flag
+}
+_ENGINE_MAPPINGS = tuple(f.name for f in fields(EngineConfig) if f.default_factory is dict)
+_LIST_KEYS = ("roles", "executor_env", "executor_python", "limits", *_ENGINE_MAPPINGS)
 _MESOS_ONLY = (
     "master", "roles", "principal", "secret_file", "framework_name", "user", "allow_root",
     "hostname", "webui_url", "gpus", "spark_uri",
@@ -50,22 +62,35 @@ class ConfigError(FairbrokerError):
     """A serve configuration value is invalid; the message names the key and its source."""
 
 
-class ServeConfig(BaseModel):
+_MODEL_CONFIG = ConfigDict(extra="forbid", frozen=True)
+
+
+def _engine_keys() -> dict[str, Any]:
+    """EngineConfig's fields as pydantic fields: their types, defaults and ranges."""
+    types, keys = setting_types(), {}
+    for item in fields(EngineConfig):
+        kind, spec = types[item.name], setting_of(item)
+        if item.default_factory is dict:  # role_weights: GROUP -> weight
+            keys[item.name] = (dict[str, float], Field(default_factory=dict))
+            continue
+        bounds: dict[str, Any] = {}
+        if spec.minimum is not None:
+            bounds["gt" if spec.exclusive else "ge"] = spec.minimum
+            if kind is float:
+                bounds["allow_inf_nan"] = False
+        keys[item.name] = (kind, Field(default_of(item), validate_default=True, **bounds))
+    return keys
+
+
+#: The allocation policy: EngineConfig's fields, first in the file and in --print-config.
+_EngineKeys = create_model("_EngineKeys", __config__=_MODEL_CONFIG, **_engine_keys())
+
+
+class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
     """Everything `fairbroker serve` needs, validated once and passed whole."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _MODEL_CONFIG
 
-    # the allocation policy: allocator.engine_config.EngineConfig's fields
-    scheduler: str = "rpsdsf"
-    mode: Mode = Mode.CHARACTERIZED
-    selection: Selection | None = None  # None: the scheduler's own
-    level: Level = Level.ROLE
-    trigger: Trigger = Trigger.TICK
-    ties: Ties = Ties.RANDOM
-    seed: int = Field(0, ge=0)
-    interval: float = Field(ALLOCATION_INTERVAL_SECONDS, gt=0, allow_inf_nan=False)
-    refuse_seconds: float = Field(REFUSE_SECONDS, ge=0, allow_inf_nan=False)
-    role_weights: dict[str, float] = Field(default_factory=dict)  # group -> weight
     fuga_k: int | None = Field(None, ge=1)  # FUGA's strategies per agent (default 3)
     fuga_lambda: float | None = Field(None, ge=0, allow_inf_nan=False)  # (default 1)
     # where the broker listens and keeps its state
@@ -119,11 +144,10 @@ class ServeConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ServeConfig:
-        if self.scheduler.lower() not in SCHEDULERS:
-            hint = did_you_mean(self.scheduler, SCHEDULERS)
-            raise ValueError(
-                f"scheduler: one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}{hint}"
-            )
+        try:
+            self.engine_config()  # the engine's own checks, each naming its key
+        except ConfigError as error:
+            raise ValueError(str(error)) from None
         if self.backend == "mesos" and not self.master:
             raise ValueError("master: --backend mesos needs a master (HOST:5050 or zk://...)")
         if self.backend == "local":
@@ -143,13 +167,9 @@ class ServeConfig(BaseModel):
     # ---- derived values ------------------------------------------------------------------
     def engine_config(self) -> EngineConfig:
         """The engine's part, checked as the engine checks it (one line naming the key)."""
+        engine = {item.name: getattr(self, item.name) for item in fields(EngineConfig)}
         try:
-            return EngineConfig(
-                scheduler=self.scheduler.lower(), mode=self.mode, selection=self.selection,
-                level=self.level, trigger=self.trigger, ties=self.ties, seed=self.seed,
-                refuse_seconds=self.refuse_seconds, interval=self.interval,
-                role_weights=self.role_weights,
-            )  # fmt: skip
+            return EngineConfig(**engine)
         except FairbrokerError as error:
             raise ConfigError(str(error)) from None
 
@@ -292,7 +312,7 @@ def _source(kind: str, key: str) -> str:
     if kind == "env":
         return ENV_PREFIX + key.upper()
     if kind == "flag":
-        return "--" + key.replace("_", "-")
+        return _FLAGS.get(key) or "--" + key.replace("_", "-")
     return kind
 
 

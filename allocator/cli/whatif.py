@@ -8,9 +8,9 @@ import sys
 
 import click
 
-from allocator.cli_engine import engine_options
-from allocator.cli_types import LazyChoice, choice_of
-from allocator.outputs import check_output_file, check_stdout, plot_suffixes
+from allocator.cli.engine_options import engine_options
+from allocator.cli.option_types import LazyChoice, choice_of
+from allocator.cli.outputs import check_output_file, check_stdout, plot_suffixes
 
 
 def _schedulers() -> LazyChoice:

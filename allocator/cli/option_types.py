@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import click
 
@@ -53,18 +54,6 @@ def choice_of(module: str, name: str) -> LazyChoice:
     return LazyChoice(load)
 
 
-def scheduler_choice() -> LazyChoice:
-    return choice_of("allocator.policy", "SCHEDULERS")
-
-
-def mode_choice() -> LazyChoice:
-    return choice_of("allocator.state", "Mode")
-
-
-def selection_choice() -> LazyChoice:
-    return choice_of("allocator.policy", "Selection")
-
-
 def ties_choice() -> LazyChoice:
     return choice_of("allocator.policy", "Ties")
 
@@ -90,3 +79,19 @@ class FiniteFloat(click.FloatRange):
         if number != number or number in (float("inf"), float("-inf")):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return number
+
+
+class DefaultInHelp(click.Option):
+    """An option whose help names a default that lives in a module too heavy to import for
+    every command (`default_from="module:NAME"`, `{default}` in the help): read only when
+    the help is shown, so the text cannot drift from the code."""
+
+    def __init__(self, *args: Any, default_from: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._default_from = default_from
+        self._template = self.help or ""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        module, _, name = self._default_from.partition(":")
+        self.help = self._template.format(default=getattr(importlib.import_module(module), name))
+        return super().get_help_record(ctx)

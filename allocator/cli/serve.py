@@ -13,8 +13,8 @@ import click
 
 from allocator.backends.base import Backend
 from allocator.broker.server import BrokerOptions, BrokerService, local_backend
-from allocator.listen_check import ListenError, check_can_listen
-from allocator.serve_config import ConfigError, ServeConfig
+from allocator.cli.listen_check import ListenError, check_can_listen
+from allocator.cli.serve_config import ConfigError, ServeConfig
 
 
 def broker_options(config: ServeConfig) -> BrokerOptions:

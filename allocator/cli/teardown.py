@@ -66,7 +66,7 @@ def teardown(config_file: str | None, master: str | None, state_dir: str | None,
     broker stopped; `serve` itself stops with failover)."""
     import os
 
-    from allocator.serve_config import CONFIG_ENV, load_serve_config
+    from allocator.cli.serve_config import CONFIG_ENV, load_serve_config
 
     flags: dict[str, Any] = {"backend": "mesos"}
     if master:
