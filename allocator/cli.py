@@ -84,6 +84,7 @@ def fill(
         with_optimum=optimum,
         progress=not quiet and sys.stderr.isatty(),
         max_grants=max_grants,
+        params=engine.policy_params(),
     )
     click.echo(json.dumps(summary.to_json(matrix)) if as_json else render_fill(summary, matrix))
 

@@ -33,6 +33,8 @@ ENGINE_FIELDS = (
     "scheduler", "mode", "selection", "level", "trigger", "ties", "seed", "interval",
     "refuse_seconds", "role_weights",
 )  # fmt: skip
+#: FUGA's options (allocator/cli_fuga.py), given to every command that runs the engine.
+FUGA_FIELDS = ("fuga_k", "fuga_lambda")
 #: What a command without a clock (a static fill) cannot use.
 CLOCK_AND_ROLES = ("level", "trigger", "interval", "refuse_seconds", "role_weights")
 
@@ -124,7 +126,7 @@ def engine_options(
     def decorate(command: Callable) -> Callable:
         @functools.wraps(command)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            values = {f: kwargs.pop(f) for f in chosen}
+            values = {f: kwargs.pop(f) for f in (*chosen, *FUGA_FIELDS)}
             kwargs["engine"] = build_engine_config(values)
             return command(*args, **kwargs)
 
@@ -146,7 +148,7 @@ def engine_flags(
 
     def decorate(func: Callable) -> Callable:
         if fuga:
-            func = fuga_options(func, as_values=True)
+            func = fuga_options(func)
         for field in reversed(chosen):
             func = decorators[field](func)
         return func

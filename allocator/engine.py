@@ -147,6 +147,7 @@ class Engine:
         self.config = config
         self.scheduler = scheduler(config.scheduler)
         self.selection = config.effective_selection
+        self.policy_params = config.policy_params()
         self._dirty = True
 
     # What the engine decides with, read from its configuration (never a second copy).
@@ -503,7 +504,7 @@ class Engine:
         oblivious = self.mode is Mode.OBLIVIOUS
         grants = progressive_fill(
             state,
-            self.scheduler.criterion(),
+            self.scheduler.criterion(self.policy_params),
             self.selection,
             self.rng,
             self.ties,
@@ -511,6 +512,7 @@ class Engine:
             single_offer=oblivious,
             max_grants=max_grants,
             agent_pass=True,
+            params=self.policy_params,
         )
         self.runs += 1
         out = []

@@ -19,6 +19,7 @@ from typing import Any
 from allocator.errors import FairbrokerError
 from allocator.mesos_defaults import ALLOCATION_INTERVAL_SECONDS, REFUSE_SECONDS
 from allocator.policy import Selection, Ties, scheduler
+from allocator.policy.fuga import FugaParams
 from allocator.policy.levels import Level
 from allocator.state import Mode
 
@@ -77,6 +78,10 @@ class EngineConfig:
     refuse_seconds: float = REFUSE_SECONDS
     interval: float = ALLOCATION_INTERVAL_SECONDS
     role_weights: Mapping[str, float] = field(default_factory=dict)
+    #: FUGA's strategies per agent: its K best executor combinations (paper 003: 3).
+    fuga_k: int = 3
+    #: FUGA's weight of the deviation from equal dominant shares against skewness.
+    fuga_lambda: float = 1.0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise in place once
@@ -104,6 +109,11 @@ class EngineConfig:
                     f"role_weights: {role}: must be in (0, {MAX_ROLE_WEIGHT:g}], got {weight}"
                 )
         set_(self, "role_weights", MappingProxyType({r: float(w) for r, w in weights.items()}))
+        if isinstance(self.fuga_k, bool) or not isinstance(self.fuga_k, int) or self.fuga_k < 1:
+            raise EngineConfigError(f"fuga_k: must be a positive integer, got {self.fuga_k!r}")
+        if not (math.isfinite(self.fuga_lambda) and self.fuga_lambda >= 0):
+            raise EngineConfigError(f"fuga_lambda: must be finite and >= 0, got {self.fuga_lambda}")
+        set_(self, "fuga_lambda", float(self.fuga_lambda))
 
     # ---- named constructors ------------------------------------------------------------
     @classmethod
@@ -122,6 +132,11 @@ class EngineConfig:
     @property
     def effective_selection(self) -> Selection:
         return self.selection or scheduler(self.scheduler).default_selection
+
+    def policy_params(self) -> dict[str, object]:
+        """The parameters set here of the criteria and selections that take any, by plugin
+        name (allocator.policy.registry)."""
+        return {"fuga": FugaParams(k=self.fuga_k, lam=self.fuga_lambda)}
 
     def replace(self, **changes: Any) -> EngineConfig:
         return replace(self, **changes)
@@ -143,5 +158,5 @@ class EngineConfig:
 
 _SCALAR_FIELDS = (
     "scheduler", "mode", "selection", "level", "trigger", "ties", "seed", "refuse_seconds",
-    "interval",
+    "interval", "fuga_k", "fuga_lambda",
 )  # fmt: skip

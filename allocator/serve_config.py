@@ -143,12 +143,14 @@ class ServeConfig(BaseModel):
     # ---- derived values ------------------------------------------------------------------
     def engine_config(self) -> EngineConfig:
         """The engine's part, checked as the engine checks it (one line naming the key)."""
+        fuga = {"fuga_k": self.fuga_k, "fuga_lambda": self.fuga_lambda}  # None: the default
         try:
             return EngineConfig(
                 scheduler=self.scheduler.lower(), mode=self.mode, selection=self.selection,
                 level=self.level, trigger=self.trigger, ties=self.ties, seed=self.seed,
                 refuse_seconds=self.refuse_seconds, interval=self.interval,
                 role_weights=self.role_weights,
+                **{name: value for name, value in fuga.items() if value is not None},
             )  # fmt: skip
         except FairbrokerError as error:
             raise ConfigError(str(error)) from None
