@@ -59,10 +59,6 @@ class FillSummary:
     optimum_skipped: str | None = None  # why the bound was not solved, if it was not
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def pairs(self) -> int:
-        return int(self.cluster.eligible.sum())
-
     def _per_pair(self, values: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> dict:
         c = self.cluster
         out: dict[str, dict[str, float]] = {c.framework_names[n]: {} for n in range(c.n_frameworks)}
