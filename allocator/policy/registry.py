@@ -2,9 +2,9 @@
 
 As in Kubernetes' scheduler framework, where every plugin is registered under its name with a
 factory and built with its own validated arguments: a criterion or selection module
-registers itself (`CRITERIA.register("drf")(DRF)`), naming the type of its parameters if it
-takes any (a frozen dataclass that checks itself, e.g. `FugaParams`). Whoever builds one
-looks it up by name and hands over the parameters it holds, by plugin name
+registers itself (`@CRITERIA.register("drf")` on its class or factory), naming the type of
+its parameters if it takes any (a frozen dataclass that checks itself, e.g. `FugaParams`).
+Whoever builds one looks it up by name and hands over the parameters it holds, by plugin name
 (`EngineConfig.policy_params()`: `{"fuga": FugaParams(...)}`); a plugin given none gets its
 parameters' defaults, or an error naming them when they have none.
 
@@ -41,7 +41,6 @@ class Registry(Generic[T]):
 
     def register(self, name: str, params: type | None = None) -> Callable[[F], F]:
         """Decorator: `factory(*context)`, or `factory(params, *context)` with `params`."""
-
         name = str(name)  # a StrEnum member names itself by its value
 
         def add(factory: F) -> F:
