@@ -147,8 +147,11 @@ class EngineConfig:
         return self if merged == dict(self.role_weights) else self.replace(role_weights=merged)
 
     def to_json(self) -> dict[str, Any]:
+        """Every setting, FUGA's K and lambda only when FUGA's selection decides with them."""
         data: dict[str, Any] = {name: getattr(self, name) for name in _SCALAR_FIELDS}
         data["selection"] = self.effective_selection
+        if data["selection"] is not Selection.FUGA:
+            del data["fuga_k"], data["fuga_lambda"]
         data = {k: (str(v) if isinstance(v, StrEnum) else v) for k, v in data.items()}
         return data | {"role_weights": dict(self.role_weights)}
 

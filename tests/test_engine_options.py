@@ -26,9 +26,14 @@ def test_sim_passes_every_option_to_the_engine(tmp_path):
     assert run["engine"] == {
         "scheduler": "psdsf", "mode": "characterized", "selection": "joint",
         "level": "framework", "trigger": "release", "ties": "waste", "seed": 3,
-        "refuse_seconds": 2.0, "interval": 0.5, "fuga_k": 2, "fuga_lambda": 0.5,
-        "role_weights": {"pi": 2.0, "wc": 1.0},
+        "refuse_seconds": 2.0, "interval": 0.5, "role_weights": {"pi": 2.0, "wc": 1.0},
     }  # fmt: skip
+    # FUGA's K and lambda (in FLAGS too) are recorded where they decide: with FUGA's selection.
+    out = run_fairbroker("sim", str(scenario), "-s", "fuga", "--fuga-k", "2", "--fuga-lambda",
+                         "0.5", "--json")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    engine = json.loads(out.stdout)["engine"]
+    assert (engine["selection"], engine["fuga_k"], engine["fuga_lambda"]) == ("fuga", 2, 0.5)
 
 
 def test_serve_takes_the_same_options():

@@ -289,6 +289,7 @@ def test_engine_config_carries_fugas_parameters():
     assert config.policy_params() == {"fuga": FugaParams(k=2, lam=1.0)}
     assert EngineConfig().policy_params() == {"fuga": FugaParams(k=3, lam=1.0)}
     assert config.to_json()["fuga_k"] == 2 and config.to_json()["fuga_lambda"] == 1.0
+    assert "fuga_k" not in EngineConfig("drf").to_json()  # recorded only where FUGA decides
     for bad in ({"fuga_k": 0}, {"fuga_k": 1.5}, {"fuga_k": True}, {"fuga_lambda": -0.1},
                 {"fuga_lambda": float("nan")}):  # fmt: skip
         with pytest.raises(EngineConfigError, match=f"^{next(iter(bad))}: must be"):
