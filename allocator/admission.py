@@ -3,7 +3,7 @@
 One clock-free state machine serves the simulator (`allocator.sim.batch_sim`) and the live
 batch runner (`allocator.batch.runner`): the driver tells it the time, asks which jobs to
 start (`admit`), reports finished jobs (`finished`) and asks when to look again
-(`next_change`).
+(`next_change`). A batch file's pools are built by `allocator.scenarios.batch.build_pools`.
 
 A pool (one group, or the whole batch) has `slots` turns, the sum of its groups' `queues`:
 without an admission policy each submission queue runs its jobs one after another, which is
@@ -33,12 +33,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from allocator.errors import ScenarioError
-
-if TYPE_CHECKING:
-    from allocator.scenarios.batch import BatchSpec
 
 
 class Policy(StrEnum):
@@ -209,38 +205,3 @@ def job_slot(k: int, queues: int) -> tuple[int, int]:
     """(queue, index) of a group's k-th job: jobs are dealt to the queues in turn, so that
     k-th in declaration order is also k-th in first-come order when all arrive together."""
     return k % queues, k // queues
-
-
-def build_pools(spec: BatchSpec, override: AdmissionConfig | None = None) -> list[Pool]:
-    """The pools of a batch: `override` (the command line) or the batch's `admission:` make
-    one pool of every job; otherwise each group with its own `admission:` is a pool. Groups
-    in no pool keep their submission queues."""
-    batch_config = override or (spec.admission.config() if spec.admission else None)
-    if batch_config is not None:
-        members = [tuple(range(len(spec.groups)))]
-        configs = [batch_config]
-    else:
-        members = [(g,) for g, group in enumerate(spec.groups) if group.admission is not None]
-        configs = [spec.groups[m[0]].admission.config() for m in members]  # type: ignore[union-attr]
-    pools = []
-    for groups, config in zip(members, configs, strict=True):
-        entries = [
-            (g, k, entry) for g in groups for k, entry in enumerate(spec.groups[g].job_entries())
-        ]
-        # Declaration order: the first job of every queue of every group, then the second...
-        # as the submission queues would start them.
-        entries.sort(key=lambda e: (e[1] // spec.groups[e[0]].queues, e[0], e[1]))
-        jobs = [
-            PendingJob(
-                key=(g, k),
-                order=order,
-                arrival=entry.arrival_s,
-                priority=entry.priority,
-                deadline=entry.deadline_s,
-                estimate=spec.groups[g].expected_duration(entry),
-            )
-            for order, (g, k, entry) in enumerate(entries)
-        ]
-        slots = sum(spec.groups[g].queues for g in groups)
-        pools.append(Pool(Admission(jobs, slots, config), groups))
-    return pools

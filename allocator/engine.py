@@ -23,7 +23,7 @@ from allocator.errors import FairbrokerError
 from allocator.filling import progressive_fill
 from allocator.mesos_defaults import MIN_ALLOCATABLE
 from allocator.model import Cluster, matches_constraints
-from allocator.policy import Selection, scheduler
+from allocator.policy import scheduler
 from allocator.state import AllocationState, Mode
 
 
@@ -147,6 +147,7 @@ class Engine:
         self.config = config
         self.scheduler = scheduler(config.scheduler)
         self.selection = config.effective_selection
+        self.policy_params = config.policy_params()
         self._dirty = True
 
     # What the engine decides with, read from its configuration (never a second copy).
@@ -157,12 +158,6 @@ class Engine:
     refuse_seconds = _from_config("refuse_seconds")
     interval = _from_config("interval")
     role_weights = _from_config("role_weights")
-
-    def configure(
-        self, scheduler_name: str, mode: Mode | str, selection: Selection | str | None = None
-    ) -> None:
-        """Switch scheduler, mode and selection, keeping the rest of the configuration."""
-        self.apply(self.config.replace(scheduler=scheduler_name, mode=mode, selection=selection))
 
     # ---- events ------------------------------------------------------------------------
     def _vector(self, amounts: dict[str, float], what: str, positive: bool = True) -> np.ndarray:
@@ -503,7 +498,7 @@ class Engine:
         oblivious = self.mode is Mode.OBLIVIOUS
         grants = progressive_fill(
             state,
-            self.scheduler.criterion(),
+            self.scheduler.criterion(self.policy_params),
             self.selection,
             self.rng,
             self.ties,
@@ -511,6 +506,7 @@ class Engine:
             single_offer=oblivious,
             max_grants=max_grants,
             agent_pass=True,
+            params=self.policy_params,
         )
         self.runs += 1
         out = []

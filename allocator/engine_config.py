@@ -209,6 +209,19 @@ class EngineConfig:
             "file's group weights are the defaults).",
         ),
     )
+    fuga_k: int = field(
+        default=3,
+        metadata=setting(
+            help="FUGA: strategies per agent, its K best executor combinations (default 3)."
+        ),
+    )
+    fuga_lambda: float = field(
+        default=1.0,
+        metadata=setting(
+            help="FUGA: weight of the deviation from equal dominant shares against "
+            "skewness (default 1).",
+        ),
+    )
 
     def __post_init__(self) -> None:
         from allocator.policy import scheduler
@@ -232,6 +245,11 @@ class EngineConfig:
                     f"role_weights: {role}: must be in (0, {MAX_ROLE_WEIGHT:g}], got {weight}"
                 )
         set_(self, "role_weights", MappingProxyType({r: float(w) for r, w in weights.items()}))
+        if isinstance(self.fuga_k, bool) or not isinstance(self.fuga_k, int) or self.fuga_k < 1:
+            raise EngineConfigError(f"fuga_k: must be a positive integer, got {self.fuga_k!r}")
+        if not (math.isfinite(self.fuga_lambda) and self.fuga_lambda >= 0):
+            raise EngineConfigError(f"fuga_lambda: must be finite and >= 0, got {self.fuga_lambda}")
+        set_(self, "fuga_lambda", float(self.fuga_lambda))
 
     # ---- named constructors ------------------------------------------------------------
     @classmethod
@@ -254,6 +272,13 @@ class EngineConfig:
 
         return self.selection or scheduler(self.scheduler).default_selection
 
+    def policy_params(self) -> dict[str, object]:
+        """The parameters set here of the criteria and selections that take any, by plugin
+        name (allocator.policy.registry)."""
+        from allocator.policy.fuga import FugaParams
+
+        return {"fuga": FugaParams(k=self.fuga_k, lam=self.fuga_lambda)}
+
     def replace(self, **changes: Any) -> EngineConfig:
         return replace(self, **changes)
 
@@ -263,6 +288,7 @@ class EngineConfig:
         return self if merged == dict(self.role_weights) else self.replace(role_weights=merged)
 
     def to_json(self) -> dict[str, Any]:
+        """Every setting; FUGA's K and lambda only when FUGA's selection decides with them."""
         data: dict[str, Any] = {}
         for item in fields(self):
             value = getattr(self, item.name)
@@ -271,6 +297,8 @@ class EngineConfig:
             if isinstance(value, Mapping):
                 value = dict(value)
             data[item.name] = str(value) if isinstance(value, StrEnum) else value
+        if data["selection"] != "fuga":
+            del data["fuga_k"], data["fuga_lambda"]
         return data
 
     def __hash__(self) -> int:

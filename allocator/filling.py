@@ -7,7 +7,7 @@ agent's whole remainder, of which it keeps the whole tasks that fit (up to its l
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -30,6 +30,7 @@ def progressive_fill(
     single_offer: bool = False,
     agent_pass: bool = False,
     keep: bool = True,
+    params: Mapping[str, object] | None = None,
 ) -> list[Grant]:
     """Grant until nothing fits (or `max_grants`); returns the grants in order (none with
     `keep=False`, for fills too large to hold every grant: count them with `on_grant`).
@@ -39,9 +40,11 @@ def progressive_fill(
     offered is withheld for the rest of the run, as Mesos re-offers declined resources only
     at its next allocation run; the remainder counts toward the framework's allocation until
     the run ends. `agent_pass` (the online engine): `rrr` is Mesos's allocation pass, the
-    agents shuffled once and each filled before the next.
+    agents shuffled once and each filled before the next. `params`: the criteria's and
+    selections' parameters by name (`EngineConfig.policy_params()`; FUGA's selection needs
+    its own).
     """
-    selector = make_selector(selection, state, criterion, rng, ties, level, agent_pass)
+    selector = make_selector(selection, state, criterion, rng, ties, level, agent_pass, params)
     grants: list[Grant] = []
     made = 0
     while max_grants is None or made < max_grants:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,10 +58,6 @@ class FillSummary:
     optimum: Optimum | None
     optimum_skipped: str | None = None  # why the bound was not solved, if it was not
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def pairs(self) -> int:
-        return int(self.cluster.eligible.sum())
 
     def _per_pair(self, values: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> dict:
         c = self.cluster
@@ -174,13 +171,16 @@ def run_trials(
     with_optimum: bool | None = None,
     progress: bool = False,
     max_grants: int | None = None,
+    params: Mapping[str, object] | None = None,
 ) -> FillSummary:
     """Fill `trials` fresh copies of the cluster; trial t draws from the seed sequence (seed, t).
 
     The optimum is solved when `with_optimum` is true, or by default when the instance has at
     most DEFAULT_MAX_PAIRS framework-agent pairs. A fill that reaches `max_grants` raises
-    FillLimitError. Memory is O(F A) whatever the number of trials: per-pair sums and sums of
-    squares (exact for task counts) stand in for the trials' matrices.
+    FillLimitError. `params`: the criteria's and selections' parameters by name
+    (`EngineConfig.policy_params()`: FUGA's K and lambda). Memory is O(F A) whatever the
+    number of trials: per-pair sums and sums of squares (exact for task counts) stand in for
+    the trials' matrices.
     """
     if trials < 1:
         raise ValueError("trials must be at least 1")
@@ -203,12 +203,12 @@ def run_trials(
             # One grant past the limit tells a fill that needs more than max_grants from
             # one that finishes in exactly max_grants (which is not stopped).
             limit = None if max_grants is None else max_grants + 1
-            criterion = chosen.criterion()
+            criterion = chosen.criterion(params)
             if fast_fill.applies(state, criterion, selection, ties):  # the same grants, faster
                 bar.grants = fast_fill.fast_fill(state, rng, limit, bar.at, PROGRESS_EVERY)
             else:
-                progressive_fill(state, criterion, selection, rng, ties,
-                                 max_grants=limit, on_grant=bar, keep=False)  # fmt: skip
+                progressive_fill(state, criterion, selection, rng, ties, max_grants=limit,
+                                 on_grant=bar, keep=False, params=params)  # fmt: skip
         finally:
             bar.close()
         if max_grants is not None and bar.grants > max_grants:
@@ -238,7 +238,8 @@ def run_trials(
     elif not with_optimum:
         skipped = "skipped (--no-optimum)"
     notes = []
-    if mode is Mode.OBLIVIOUS and (chosen.criterion.needs_demand or selection is Selection.BESTFIT):
+    needs_demand = chosen.criterion(params).needs_demand or selection is Selection.BESTFIT
+    if mode is Mode.OBLIVIOUS and needs_demand:
         notes.append(
             f"{chosen.title} needs d_n; in oblivious mode it uses the demand observed from each "
             "framework's granted tasks (none before its first task)"

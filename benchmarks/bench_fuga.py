@@ -29,6 +29,7 @@ TARGET_SECONDS = 1.0
 
 
 def one_run(name: str, agents: int, frameworks: int, seed: int) -> dict[str, float]:
+    from allocator.engine_config import EngineConfig
     from allocator.filling import progressive_fill
     from allocator.policy import scheduler
     from allocator.policy.base import max_ratio
@@ -40,7 +41,10 @@ def one_run(name: str, agents: int, frameworks: int, seed: int) -> dict[str, flo
     state = AllocationState(cluster)
     rng = np.random.default_rng(seed)
     wall, cpu = time.perf_counter(), time.process_time()
-    grants = progressive_fill(state, chosen.criterion(), chosen.default_selection, rng)
+    params = EngineConfig(name).policy_params()  # FUGA's K and lambda: the defaults
+    grants = progressive_fill(
+        state, chosen.criterion(), chosen.default_selection, rng, params=params
+    )
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     shares = max_ratio(state.alloc, cluster.total)
     used = state.utilization()

@@ -27,7 +27,6 @@ from allocator.engine_config import EngineConfig
 from allocator.filling import progressive_fill
 from allocator.policy import scheduler
 from allocator.policy.base import max_ratio
-from allocator.policy.fuga import Fuga, FugaParams
 from allocator.scenarios.batch import load_batch
 from allocator.sim.batch_sim import BatchSimulator
 from allocator.sim.trace_sim import run_trace
@@ -74,9 +73,11 @@ def batch_section(seeds: int) -> list[str]:
     return lines
 
 
-def fill(cluster, criterion, selection, seed: int) -> dict[str, float]:
+def fill(cluster, config: EngineConfig, seed: int) -> dict[str, float]:
     state = AllocationState(cluster)
-    progressive_fill(state, criterion, selection, np.random.default_rng(seed))
+    criterion = scheduler(config.scheduler).criterion()
+    progressive_fill(state, criterion, config.effective_selection, np.random.default_rng(seed),
+                     params=config.policy_params())  # fmt: skip
     shares = max_ratio(state.alloc, cluster.total)
     used = state.utilization()
     return {
@@ -98,17 +99,14 @@ def static_section(seeds: int) -> list[str]:
         "| cluster | scheduler | cpus | mem | CV of shares | tasks |",
         "|---|---|---|---|---|---|",
     ]
-    policies: list[tuple[str, object, str]] = [
-        (name, scheduler(name).criterion(), scheduler(name).default_selection) for name in COMPARED
-    ]
-    policies.append(("drf firstfit", scheduler("drf").criterion(), "firstfit"))
+    policies = [(name, EngineConfig(name)) for name in COMPARED]
+    policies.append(("drf firstfit", EngineConfig("drf", selection="firstfit")))
     for lam in (0.0, 0.3, 3.0, 10.0):
-        policies.append((f"fuga lambda={lam:g}", Fuga(FugaParams(lam=lam)), "fuga"))
+        policies.append((f"fuga lambda={lam:g}", EngineConfig("fuga", fuga_lambda=lam)))
     for agents, frameworks in ((200, 20), (1000, 100)):
-        for label, criterion, selection in policies:
+        for label, config in policies:
             runs = [
-                fill(google_like_cluster(agents, frameworks, s), criterion, selection, s)
-                for s in range(seeds)
+                fill(google_like_cluster(agents, frameworks, s), config, s) for s in range(seeds)
             ]
             lines.append(
                 f"| {agents} x {frameworks} | {label} | {_mean([r['cpus'] for r in runs])} | "

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import click
 import pytest
 from support.commands import one_line_error, run_fairbroker
 
@@ -359,7 +360,7 @@ def test_status_and_configure_want_host_and_port(command, address):
         (["batch", "benchmarks/scenarios/spark-small.yaml", "--out", "/nonexistent/never",
           "--job-timeout"], "--job-timeout"),
         (["submit", "--dry-run", "--weight"], "--weight"),
-        (["fill", EXAMPLE, "-s", "fuga", "--fuga-lambda"], "fuga.lambda"),
+        (["fill", EXAMPLE, "-s", "fuga", "--fuga-lambda"], "fuga_lambda"),
     ],
 )  # fmt: skip
 def test_non_finite_numbers_are_refused_at_the_command_line(args, option, value):
@@ -386,3 +387,31 @@ def test_status_imports_no_numerical_library(running_broker):
         heavy = {m for m in imported if m.split(".")[0] in ("numpy", "scipy", "matplotlib",
                                                              "pandas")}  # fmt: skip
         assert heavy == set(), (port, sorted(heavy)[:5])
+
+
+def _required_options():
+    """(command path, option) for every option any fairbroker command declares required."""
+    from allocator.cli import cli
+
+    found = []
+
+    def walk(command, path):
+        for param in command.params:
+            if isinstance(param, click.Option) and param.required:
+                found.append((path, param.opts[0]))
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(cli, [])
+    return found
+
+
+def test_every_required_option_is_enforced():
+    """click 8.3+ ignores `required` on an option declared with default=None: `fill` without
+    --scheduler ran DRF. Each command run without its required option is a one-line error."""
+    required = _required_options()
+    assert (["fill"], "--scheduler") in required and (["solve"], "--policy") in required
+    for path, option in required:
+        args = [*path, EXAMPLE] if path[0] in ("fill", "solve") else path
+        done = run_fairbroker(*args)
+        one_line_error(done, "Missing option", option)

@@ -12,7 +12,8 @@ from support.instances import two_roles
 from allocator.engine_config import EngineConfig, EngineConfigError
 
 FLAGS = ["--level", "framework", "--trigger", "release", "--seed", "3", "--interval", "0.5",
-         "--refuse-seconds", "2", "--ties", "waste", "--selection", "joint"]  # fmt: skip
+         "--refuse-seconds", "2", "--ties", "waste", "--selection", "joint", "--fuga-k", "2",
+         "--fuga-lambda", "0.5"]  # fmt: skip
 
 
 def test_sim_passes_every_option_to_the_engine(tmp_path):
@@ -27,6 +28,12 @@ def test_sim_passes_every_option_to_the_engine(tmp_path):
         "level": "framework", "trigger": "release", "ties": "waste", "seed": 3,
         "refuse_seconds": 2.0, "interval": 0.5, "role_weights": {"pi": 2.0, "wc": 1.0},
     }  # fmt: skip
+    # FUGA's K and lambda (in FLAGS too) are recorded where they decide: with FUGA's selection.
+    out = run_fairbroker("sim", str(scenario), "-s", "fuga", "--fuga-k", "2", "--fuga-lambda",
+                         "0.5", "--json")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    engine = json.loads(out.stdout)["engine"]
+    assert (engine["selection"], engine["fuga_k"], engine["fuga_lambda"]) == ("fuga", 2, 0.5)
 
 
 def test_serve_takes_the_same_options():
@@ -36,6 +43,7 @@ def test_serve_takes_the_same_options():
     assert (config["level"], config["trigger"], config["seed"], config["interval"]) == (
         "framework", "release", 3, 0.5)  # fmt: skip
     assert config["refuse_seconds"] == 2 and config["role_weights"] == {"pi": 2.0}
+    assert (config["fuga_k"], config["fuga_lambda"]) == (2, 0.5)
 
 
 @pytest.mark.parametrize("command", ["fill", "sim", "whatif", "batch", "serve", "configure"])

@@ -122,7 +122,8 @@ def test_example_equilibrium_through_the_scheduler(lam):
     round grants (0,3,0) on server 2, which moves first, then (1,0,1) on server 1."""
     state = example_state()
     rng = np.random.default_rng(0)
-    grants = progressive_fill(state, Fuga(FugaParams(lam=lam)), Selection.FUGA, rng)
+    params = {"fuga": FugaParams(k=3, lam=lam)}
+    grants = progressive_fill(state, Fuga(), Selection.FUGA, rng, params=params)
     first = [(g.framework, g.agent) for g in grants[:5]]
     assert first[:3] == [(1, 1)] * 3  # server 2 (agent 1) first: 3 x VM 2
     assert sorted(first[3:]) == [(0, 0), (2, 0)]  # server 1: VM 1 and VM 3
@@ -185,9 +186,9 @@ def test_enumeration_is_bounded_on_large_servers():
 
 def test_bad_parameters_are_one_line_errors():
     with pytest.raises(ScenarioError, match=r"^fuga\.k: must be a positive integer, got 0$"):
-        FugaParams(k=0)
+        FugaParams(k=0, lam=1.0)
     with pytest.raises(ScenarioError, match=r"^fuga\.lambda"):
-        FugaParams(lam=-1.0)
+        FugaParams(k=3, lam=-1.0)
 
 
 def test_fuga_reaches_the_optimum_on_paper_002_example():
@@ -210,7 +211,7 @@ def instances(draw: st.DrawFn):
     k = draw(st.integers(1, 4))
     names = ("cpus", "mem", "disk")[:n_r]
     return make_cluster(capacity, demand, max_tasks=limits, resources=names), FugaParams(
-        k=k, horizon=2
+        k=k, lam=1.0, horizon=2
     )
 
 
@@ -220,7 +221,7 @@ def test_fuga_respects_capacity_and_limits_and_leaves_nothing_that_fits(instance
     cluster, params = instance
     state = AllocationState(cluster, mode)
     rng = np.random.default_rng(seed)
-    progressive_fill(state, Fuga(params), Selection.FUGA, rng)
+    progressive_fill(state, Fuga(), Selection.FUGA, rng, params={"fuga": params})
     used = state.tasks.T @ np.nan_to_num(cluster.demand)
     assert (used <= cluster.capacity + 1e-9).all()
     assert (state.count <= cluster.max_tasks).all()
@@ -230,14 +231,14 @@ def test_fuga_respects_capacity_and_limits_and_leaves_nothing_that_fits(instance
 def test_fuga_is_a_registered_scheduler():
     chosen = scheduler("FUGA")
     assert chosen.default_selection is Selection.FUGA
-    assert isinstance(chosen.criterion(), Fuga) and chosen.criterion().params.k == 3
+    assert isinstance(chosen.criterion(), Fuga)
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--fuga-k", "0"], "fairbroker: error: fuga.k: must be a positive integer, got 0"),
-        (["--fuga-lambda", "-1"], "fairbroker: error: fuga.lambda: must be finite and >= 0"),
+        (["--fuga-k", "0"], "fairbroker: error: fuga_k: must be a positive integer, got 0"),
+        (["--fuga-lambda", "-1"], "fairbroker: error: fuga_lambda: must be finite and >= 0"),
     ],
 )
 def test_bad_fuga_options_are_one_line_errors(args, message):
@@ -246,17 +247,53 @@ def test_bad_fuga_options_are_one_line_errors(args, message):
     assert done.stderr.strip().startswith(message) and len(done.stderr.splitlines()) == 1
 
 
-def test_fuga_options_reach_the_scheduler(monkeypatch):
+PAPER000 = EXAMPLE.with_name("paper000-example.yaml")
+
+
+def _fill_tasks(args: list[str]) -> dict:
     from click.testing import CliRunner
 
     from allocator.cli import cli
 
-    monkeypatch.setattr(Fuga, "defaults", FugaParams())
-    done = CliRunner().invoke(
-        cli, ["fill", str(EXAMPLE), "-s", "fuga", "--fuga-k", "2", "--fuga-lambda", "0.5"]
-    )
+    done = CliRunner().invoke(cli, ["fill", str(PAPER000), "-s", "fuga", "--json", *args])
     assert done.exit_code == 0, done.output
-    assert Fuga().params == FugaParams(k=2, lam=0.5)
+    return json.loads(done.output)["tasks"]["mean"]
+
+
+def _fill_directly(params: FugaParams) -> dict:
+    from allocator.scenarios.static import load_scenario
+    from allocator.trials import run_trials
+
+    summary = run_trials(load_scenario(PAPER000), "fuga", params={"fuga": params})
+    return summary.to_json()["tasks"]["mean"]
+
+
+def test_fuga_options_reach_the_selection_and_nothing_else():
+    """--fuga-k/--fuga-lambda become the run's EngineConfig, whose FugaParams FUGA's
+    selection is built with; they change this instance's fill, and leave no process-wide
+    setting behind (the next fill without them is the default's)."""
+    default = _fill_directly(FugaParams(k=3, lam=1.0))
+    for args, params in (
+        (["--fuga-k", "1"], FugaParams(k=1, lam=1.0)),
+        (["--fuga-lambda", "0"], FugaParams(k=3, lam=0.0)),
+    ):
+        tasks = _fill_tasks(args)
+        assert tasks == _fill_directly(params) and tasks != default
+        assert _fill_tasks([]) == default
+
+
+def test_engine_config_carries_fugas_parameters():
+    from allocator.engine_config import EngineConfig, EngineConfigError
+
+    config = EngineConfig("fuga", fuga_k=2, fuga_lambda=1)
+    assert config.policy_params() == {"fuga": FugaParams(k=2, lam=1.0)}
+    assert EngineConfig().policy_params() == {"fuga": FugaParams(k=3, lam=1.0)}
+    assert config.to_json()["fuga_k"] == 2 and config.to_json()["fuga_lambda"] == 1.0
+    assert "fuga_k" not in EngineConfig("drf").to_json()  # recorded only where FUGA decides
+    for bad in ({"fuga_k": 0}, {"fuga_k": 1.5}, {"fuga_k": True}, {"fuga_lambda": -0.1},
+                {"fuga_lambda": float("nan")}):  # fmt: skip
+        with pytest.raises(EngineConfigError, match=f"^{next(iter(bad))}: must be"):
+            EngineConfig("fuga", **bad)
 
 
 def test_oblivious_strategies_are_single_framework_combinations():

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.instances import make_cluster
 
+from allocator.engine_config import EngineConfig
 from allocator.filling import progressive_fill
 from allocator.model import Cluster
 from allocator.policy import SCHEDULERS, Selection, Ties, scheduler
@@ -53,7 +54,8 @@ def fill(cluster: Cluster, policy: tuple, seed: int) -> AllocationState:
     name, selection, mode, ties = policy
     state = AllocationState(cluster, mode)
     rng = np.random.default_rng(seed)
-    progressive_fill(state, scheduler(name).criterion(), selection, rng, ties)
+    params = EngineConfig().policy_params()  # FUGA's selection takes K and lambda
+    progressive_fill(state, scheduler(name).criterion(), selection, rng, ties, params=params)
     return state
 
 

@@ -78,6 +78,8 @@ def test_every_option_has_an_environment_variable() -> None:
         assert sources[key] == f"FAIRBROKER_{key.upper()}"
         assert getattr(config, key) != ServeConfig.model_fields[key].default, key
     assert config.roles == ("a", "b") and config.port == 1 and config.metrics is False
+    engine = config.engine_config()  # FUGA's K and lambda reach the engine's configuration
+    assert (engine.fuga_k, engine.fuga_lambda) == (4, 0.5)
     env = {"FAIRBROKER_TOKEN_FILE": "/srv/token"}
     assert load_serve_config({}, None, env)[0].token_file == Path("/srv/token")
 

@@ -133,7 +133,7 @@ def test_online_alpha_spans_task_count_fairness_to_psdsf(example: Cluster):
 
 
 def test_alpha_psdsf_is_a_scheduler_for_fill_and_sim(tmp_path: Path):
-    assert SCHEDULERS["alpha-psdsf"].criterion is AlphaPSDSF
+    assert isinstance(SCHEDULERS["alpha-psdsf"].criterion(), AlphaPSDSF)
     done = run_fairbroker("fill", str(DATA / "paper002-example.yaml"), "-s", "alpha-psdsf",
                           "--json")  # fmt: skip
     assert done.returncode == 0, done.stderr

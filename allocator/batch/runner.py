@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from allocator.admission import AdmissionConfig, Pool, build_pools, job_slot
+from allocator.admission import AdmissionConfig, Pool, job_slot
 from allocator.batch.allocation import AllocationSample, parse_allocation
 from allocator.batch.apps import GroupApp, prepare_apps
 from allocator.batch.processes import GRACE_SECONDS, DriverProcesses, ProcessesClosed
@@ -25,7 +25,7 @@ from allocator.batch.progress import BatchProgress
 from allocator.batch.result import JobRecord, LiveBatchResult
 from allocator.batch.sampler import LiveSeries
 from allocator.errors import FairbrokerError
-from allocator.scenarios.batch import BatchSpec
+from allocator.scenarios.batch import BatchSpec, build_pools
 
 
 class SubmitPlanLike(Protocol):

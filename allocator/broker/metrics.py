@@ -27,10 +27,11 @@ from prometheus_client.core import (
     Metric,
 )
 
+from allocator.broker.allocation_frame import AllocationFrame, constraints_of
 from allocator.broker.api import CALLS
 from allocator.broker.proto import pb
 from allocator.broker.snapshot import engine_allocation
-from allocator.metrics_defs import AllocationFrame, GroupUsage, constraints_of
+from allocator.metrics_defs import GroupUsage
 
 if TYPE_CHECKING:
 

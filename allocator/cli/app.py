@@ -84,6 +84,7 @@ def fill(
         with_optimum=optimum,
         progress=not quiet and sys.stderr.isatty(),
         max_grants=max_grants,
+        params=engine.policy_params(),
     )
     click.echo(json.dumps(summary.to_json(matrix)) if as_json else render_fill(summary, matrix))
 
@@ -166,7 +167,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         click.echo("fairbroker: aborted", err=True)
         sys.exit(130)
     except click.ClickException as error:
-        click.echo(f"fairbroker: error: {error.format_message()}", err=True)
+        # one line: click lists a missing option's choices one per line
+        message = " ".join(error.format_message().split())
+        click.echo(f"fairbroker: error: {message}", err=True)
         sys.exit(2)
     except FairbrokerError as error:
         click.echo(f"fairbroker: error: {error}", err=True)

@@ -20,7 +20,6 @@ from typing import Any
 
 import click
 
-from allocator.cli.fuga_options import fuga_options
 from allocator.cli.option_types import FiniteFloat, choice_of
 from allocator.engine_config import EngineConfig, default_of, setting_of
 
@@ -72,9 +71,12 @@ def _option(item: Field, with_default: bool, required: bool = False) -> Callable
             callback=_role_weights if with_default else None,
         )  # fmt: skip
     default = default_of(item) if with_default and not required else None
+    # click 8.3+ takes an explicit `default=None` as a value: a required option with it is
+    # silently optional (`fill` without --scheduler ran DRF). Pass a default only if any.
+    given = {"default": default} if default is not None else {}
     return click.option(
-        *names, item.name, type=_click_type(item), required=required, default=default,
-        show_default=with_default and default is not None, help=spec.help,
+        *names, item.name, type=_click_type(item), required=required,
+        show_default=with_default and default is not None, help=spec.help, **given,
     )  # fmt: skip
 
 
@@ -96,22 +98,17 @@ def engine_options(
         for item in reversed(chosen):
             required = scheduler_required and item.name == "scheduler"
             wrapper = _option(item, with_default=True, required=required)(wrapper)
-        return fuga_options(wrapper)
+        return wrapper
 
     return decorate
 
 
-def engine_flags(
-    names: Iterable[str] = ENGINE_FIELDS, fuga: bool = False
-) -> Callable[[Callable], Callable]:
+def engine_flags(names: Iterable[str] = ENGINE_FIELDS) -> Callable[[Callable], Callable]:
     """The same options without defaults, passed through as they are: for `serve` (flags >
-    env > file > defaults; `fuga`: --fuga-k/--fuga-lambda as values too) and `configure`
-    (a flag not given keeps the broker's value)."""
+    env > file > defaults) and `configure` (a flag not given keeps the broker's value)."""
     chosen = [f for f in fields(EngineConfig) if f.name in set(names)]
 
     def decorate(func: Callable) -> Callable:
-        if fuga:
-            func = fuga_options(func, as_values=True)
         for item in reversed(chosen):
             func = _option(item, with_default=False)(func)
         return func

@@ -161,7 +161,7 @@ def serve_options(func):
 
 
 @click.command()
-@engine_flags(fuga=True)
+@engine_flags()
 @serve_options
 @executor_env_options
 @click.pass_context

@@ -18,11 +18,6 @@ from allocator.cli.serve_config import ConfigError, ServeConfig
 
 
 def broker_options(config: ServeConfig) -> BrokerOptions:
-    if config.fuga_k is not None or config.fuga_lambda is not None:
-        from allocator.policy.fuga import Fuga
-
-        given = {"k": config.fuga_k, "lam": config.fuga_lambda}
-        Fuga.defaults = replace(Fuga.defaults, **{k: v for k, v in given.items() if v is not None})
     options = BrokerOptions(
         engine=config.engine_config(),
         host=config.host,

@@ -91,8 +91,6 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
 
     model_config = _MODEL_CONFIG
 
-    fuga_k: int | None = Field(None, ge=1)  # FUGA's strategies per agent (default 3)
-    fuga_lambda: float | None = Field(None, ge=0, allow_inf_nan=False)  # (default 1)
     # where the broker listens and keeps its state
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_HTTP_PORT, ge=0, le=65535)

@@ -40,7 +40,7 @@ def solve_report(cluster, policy: str, alpha: float, integer: bool, seed: int) -
     from allocator.filling import progressive_fill
     from allocator.optimal import optimum
     from allocator.policy import scheduler
-    from allocator.policy.alpha_psdsf import AlphaPSDSF
+    from allocator.policy.alpha_psdsf import AlphaParams
     from allocator.state import AllocationState
 
     result = solve(cluster, policy, alpha)
@@ -65,7 +65,7 @@ def solve_report(cluster, policy: str, alpha: float, integer: bool, seed: int) -
         best = optimum(cluster)
         out["optimum"] = {"tasks": best.tasks, "lp_tasks": best.lp_tasks}
         online = scheduler(EXACT_POLICIES[name][1])
-        criterion = AlphaPSDSF(alpha) if name == "alpha-psdsf" else online.criterion()
+        criterion = online.criterion({"alpha-psdsf": AlphaParams(alpha)})
         state = AllocationState(cluster)
         rng = np.random.default_rng(seed)
         progressive_fill(state, criterion, online.default_selection, rng)

@@ -1,45 +1,53 @@
-"""The five schedulers: a fairness criterion plus the paper's default server selection."""
+"""The schedulers: a fairness criterion plus its default server selection, each by name.
+
+Eight are registered: paper 002's five (DRF, TSF, PS-DSF, rPS-DSF, BF-DRF), paper 000's
+alpha-PS-DSF, paper 003's FUGA and paper 001's slot baseline. Criteria and selections are
+plugins built by name from their own parameters (`registry.py`: `CRITERIA`, `SELECTIONS`);
+importing this package imports every plugin module, which registers itself.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from allocator.errors import ScenarioError, did_you_mean
-from allocator.policy.alpha_psdsf import AlphaPSDSF
-from allocator.policy.base import Criterion
-from allocator.policy.drf import DRF
-from allocator.policy.fuga import Fuga
-from allocator.policy.psdsf import PSDSF
-from allocator.policy.rpsdsf import RPSDSF
-from allocator.policy.selection import Selection
-from allocator.policy.slots import Slots
+
+# Every criterion and selection module, imported so that each registers itself.
+from allocator.policy import alpha_psdsf, drf, fuga, psdsf, rpsdsf, slots, tsf  # noqa: F401
+from allocator.policy.base import CRITERIA, Criterion
+from allocator.policy.selection import SELECTIONS, Selection
 from allocator.policy.ties import Ties
-from allocator.policy.tsf import TSF
 
 
 @dataclass(frozen=True)
 class Scheduler:
     name: str
     title: str
-    criterion: type[Criterion]
+    #: Its criterion's name in `CRITERIA`.
+    criterion_name: str
     default_selection: Selection
+
+    def criterion(self, params: Mapping[str, object] | None = None) -> Criterion:
+        """A fresh criterion; `params`: the plugins' parameters by name (see registry.py)."""
+        return CRITERIA.build(self.criterion_name, params)
 
 
 SCHEDULERS: dict[str, Scheduler] = {
     s.name: s
     for s in (
-        Scheduler("drf", "DRF", DRF, Selection.RRR),
-        Scheduler("tsf", "TSF", TSF, Selection.RRR),
-        Scheduler("psdsf", "PS-DSF", PSDSF, Selection.RRR),
-        Scheduler("rpsdsf", "rPS-DSF", RPSDSF, Selection.RRR),
-        Scheduler("bfdrf", "BF-DRF", DRF, Selection.BESTFIT),
+        Scheduler("drf", "DRF", "drf", Selection.RRR),
+        Scheduler("tsf", "TSF", "tsf", Selection.RRR),
+        Scheduler("psdsf", "PS-DSF", "psdsf", Selection.RRR),
+        Scheduler("rpsdsf", "rPS-DSF", "rpsdsf", Selection.RRR),
+        Scheduler("bfdrf", "BF-DRF", "drf", Selection.BESTFIT),
         # Paper 000's alphaPF-VDS as a progressive-filling key (alpha 3 by default).
-        Scheduler("alpha-psdsf", "alpha-PS-DSF", AlphaPSDSF, Selection.RRR),
+        Scheduler("alpha-psdsf", "alpha-PS-DSF", "alpha-psdsf", Selection.RRR),
         # Paper 003: servers choose executor combinations (fairness vs skewness game).
-        Scheduler("fuga", "FUGA", Fuga, Selection.FUGA),
+        Scheduler("fuga", "FUGA", "fuga", Selection.FUGA),
         # Paper 001's Hadoop-style baseline: max-min on task (slot) counts; agents visited
         # in random order, as TaskTrackers heartbeat. Needs the trace simulator's slots.
-        Scheduler("slots", "Slots", Slots, Selection.RRR),
+        Scheduler("slots", "Slots", "slots", Selection.RRR),
     )
 }
 
@@ -61,8 +69,10 @@ def scheduler(name: str) -> Scheduler:
 
 __all__ = [
     "COMPARED_SCHEDULERS",
+    "CRITERIA",
     "PAPER_SCHEDULERS",
     "SCHEDULERS",
+    "SELECTIONS",
     "Criterion",
     "Scheduler",
     "Selection",

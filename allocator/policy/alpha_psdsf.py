@@ -13,12 +13,23 @@ The placement of phi_n follows the reconstructed utility of `allocator.exact.alp
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from allocator.policy.base import Criterion, Holdings, max_ratio
+from allocator.policy.base import CRITERIA, Criterion, Holdings, max_ratio
 
 #: alpha when none is given (one of paper 000's evaluated values: 1, 3, infinity).
 DEFAULT_ALPHA = 3.0
+
+
+@dataclass(frozen=True)
+class AlphaParams:
+    alpha: float = DEFAULT_ALPHA
+
+    def __post_init__(self) -> None:
+        if not 0 < self.alpha < np.inf:
+            raise ValueError(f"alpha: must be a positive finite number, got {self.alpha}")
 
 
 class AlphaPSDSF(Criterion):
@@ -26,9 +37,7 @@ class AlphaPSDSF(Criterion):
     per_agent = True
 
     def __init__(self, alpha: float = DEFAULT_ALPHA) -> None:
-        if not 0 < alpha < np.inf:
-            raise ValueError(f"alpha: must be a positive finite number, got {alpha}")
-        self.alpha = float(alpha)
+        self.alpha = float(AlphaParams(alpha).alpha)
 
     def _key(self, count: np.ndarray, share: np.ndarray, weight: np.ndarray) -> np.ndarray:
         inverse = 1.0 / self.alpha
@@ -41,3 +50,8 @@ class AlphaPSDSF(Criterion):
     def matrix(self, state: Holdings) -> np.ndarray:
         share = max_ratio(state.alloc[:, None, :], state.cluster.capacity[None, :, :])
         return self._key(state.count[:, None], share, state.cluster.weight[:, None])
+
+
+@CRITERIA.register("alpha-psdsf", AlphaParams)
+def _alpha_psdsf(params: AlphaParams) -> AlphaPSDSF:
+    return AlphaPSDSF(params.alpha)

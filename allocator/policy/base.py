@@ -15,6 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
+from allocator.policy.registry import Registry
 from allocator.state import AllocationState
 
 
@@ -101,6 +102,10 @@ class Criterion:
         from allocator.policy.levels import RoleHoldings
 
         return self.matrix(RoleHoldings.of(state))
+
+
+#: Every criterion by name (allocator.policy.registry); each module registers its own.
+CRITERIA: Registry[Criterion] = Registry("criterion")
 
 
 def max_ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:

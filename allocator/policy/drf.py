@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from allocator.policy.base import Criterion, Holdings, max_ratio
+from allocator.policy.base import CRITERIA, Criterion, Holdings, max_ratio
 
 
+@CRITERIA.register("drf")
 class DRF(Criterion):
     name = "drf"
 

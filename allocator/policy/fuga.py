@@ -22,20 +22,21 @@ Bounds (so an allocation run stays linear in the number of agents):
   profiles each); a block takes the choices of the blocks before it as given.
 
 `FugaSelector` turns the equilibrium into (framework, agent) grants for progressive
-filling, so `fuga` runs wherever the other schedulers run.
+filling, so `fuga` runs wherever the other schedulers run. It is registered as the `fuga`
+selection, built from `FugaParams`; K and lambda come from `EngineConfig.fuga_k` and
+`fuga_lambda` (`EngineConfig.policy_params()`), where their defaults are written.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
 
 import numpy as np
 
 from allocator.errors import ScenarioError
-from allocator.policy.base import max_ratio
+from allocator.policy.base import CRITERIA, max_ratio
 from allocator.policy.drf import DRF
-from allocator.policy.selection import Selector
+from allocator.policy.selection import SELECTIONS, FillInputs, Selector
 from allocator.policy.ties import pick_lowest
 from allocator.state import AllocationState, Mode
 
@@ -43,9 +44,9 @@ from allocator.state import AllocationState, Mode
 @dataclass(frozen=True)
 class FugaParams:
     #: Strategies per server: the top-K combinations by minimum utilisation (paper: K = 3).
-    k: int = 3
+    k: int
     #: Weight of the fairness deviation against skewness.
-    lam: float = 1.0
+    lam: float
     #: Servers resolved together by exact backward induction.
     horizon: int = 4
     #: Executor types (frameworks) a server considers in one planning round.
@@ -62,17 +63,12 @@ class FugaParams:
             raise ScenarioError(f"fuga.lambda: must be finite and >= 0, got {self.lam!r}")
 
 
+@CRITERIA.register("fuga")
 class Fuga(DRF):
     """FUGA's framework criterion is DRF (the dominant share it equalises); the placement
-    is FUGA's own selection, which reads its parameters from here."""
+    is FUGA's own selection (`FugaSelector`), which takes the parameters."""
 
     name = "fuga"
-    #: What `Fuga()` uses: the command line's --fuga-k/--fuga-lambda set it for the process
-    #: (the engine builds its criterion by name, so a run cannot be handed one).
-    defaults: ClassVar[FugaParams] = FugaParams()
-
-    def __init__(self, params: FugaParams | None = None) -> None:
-        self.params = params or Fuga.defaults
 
 
 # ---- the pieces of the game, each testable on its own -------------------------------------
@@ -424,14 +420,14 @@ def solve_block(
     return backward_induction(utility.reshape(*shape, len(block)))
 
 
+@SELECTIONS.register("fuga", FugaParams)
 class FugaSelector(Selector):
     """Progressive filling's view of FUGA: grants from the current round's equilibrium; a new
     round is planned when the previous one is used up, until nothing fits."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        params = getattr(self.criterion, "params", None)
-        self.params = params if isinstance(params, FugaParams) else FugaParams()
+    def __init__(self, params: FugaParams, inputs: FillInputs) -> None:
+        super().__init__(inputs)
+        self.params = params
         self.queue: list[tuple[int, int, int]] = []
         self.demand = np.nan_to_num(self.state.cluster.demand, nan=np.inf)
 

@@ -8,13 +8,18 @@
 - joint:    argmin of the criterion over every feasible framework-agent pair.
 - bestfit:  framework by criterion, then the feasible agent with the least H (BF-DRF).
 - firstfit: framework by criterion, then the first feasible agent in declaration order.
+- fuga:     paper 003's server game (`allocator/policy/fuga.py`, which registers it).
 
-Agent-first selectors evaluate the criterion for one agent as an (F,) vector; framework-first
-selectors scan the agents of one framework as an (A,) vector; joint evaluates (F, A).
+Each registers its factory in `SELECTIONS` (allocator.policy.registry); `make_selector` looks
+it up by name. Agent-first selectors evaluate the criterion for one agent as an (F,) vector;
+framework-first selectors scan the agents of one framework as an (A,) vector; joint evaluates
+(F, A).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
@@ -22,6 +27,7 @@ import numpy as np
 from allocator.policy.base import Criterion
 from allocator.policy.bestfit_index import BestFit
 from allocator.policy.levels import Level
+from allocator.policy.registry import Registry
 from allocator.policy.ties import RELATIVE_TIE, Ties, pick_lowest
 from allocator.state import AllocationState
 
@@ -33,6 +39,19 @@ class Selection(StrEnum):
     BESTFIT = "bestfit"
     FIRSTFIT = "firstfit"
     FUGA = "fuga"  # paper 003's server game (allocator/policy/fuga.py)
+
+
+@dataclass(frozen=True)
+class FillInputs:
+    """What a selector is built on for one fill."""
+
+    state: AllocationState
+    criterion: Criterion
+    rng: np.random.Generator
+    ties: Ties = Ties.RANDOM
+    level: Level = Level.FRAMEWORK
+    #: rrr as the online engine runs it: Mesos's allocation pass (`AgentPass`).
+    agent_pass: bool = False
 
 
 def _gamma_at(state: AllocationState, frameworks: np.ndarray, agents: np.ndarray) -> np.ndarray:
@@ -48,20 +67,13 @@ def _gamma_at(state: AllocationState, frameworks: np.ndarray, agents: np.ndarray
 class Selector:
     """Yields the next (framework, agent) pair to serve, or None when nothing fits."""
 
-    def __init__(
-        self,
-        state: AllocationState,
-        criterion: Criterion,
-        rng: np.random.Generator,
-        ties: Ties = Ties.RANDOM,
-        level: Level = Level.FRAMEWORK,
-    ) -> None:
-        self.state = state
-        self.criterion = criterion
-        self.rng = rng
-        self.ties = Ties(ties)
-        cluster = state.cluster
-        self.role_level = Level(level) is Level.ROLE and len(cluster.role_names) > 1
+    def __init__(self, inputs: FillInputs) -> None:
+        self.state = inputs.state
+        self.criterion = inputs.criterion
+        self.rng = inputs.rng
+        self.ties = Ties(inputs.ties)
+        cluster = inputs.state.cluster
+        self.role_level = Level(inputs.level) is Level.ROLE and len(cluster.role_names) > 1
 
     def next(self) -> tuple[int, int] | None:
         raise NotImplementedError
@@ -90,8 +102,8 @@ class Selector:
 
 
 class RandomAgent(Selector):
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, inputs: FillInputs) -> None:
+        super().__init__(inputs)
         self.alive = list(range(self.state.cluster.n_agents))
 
     def next(self) -> tuple[int, int] | None:
@@ -108,8 +120,8 @@ class RandomAgent(Selector):
 
 
 class RandomizedRoundRobin(Selector):
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, inputs: FillInputs) -> None:
+        super().__init__(inputs)
         self.alive = np.arange(self.state.cluster.n_agents)
         self.full = np.zeros(self.state.cluster.n_agents, dtype=bool)
         self.order: np.ndarray = np.empty(0, dtype=np.int64)
@@ -134,8 +146,8 @@ class RandomizedRoundRobin(Selector):
 class AgentPass(Selector):
     """Mesos's allocation pass: the agents shuffled once, each filled before the next."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, inputs: FillInputs) -> None:
+        super().__init__(inputs)
         self.order = self.rng.permutation(self.state.cluster.n_agents)
         self.position = 0
 
@@ -179,8 +191,8 @@ class FrameworkFirst(Selector):
     would, with the same random draws, but keeps H up to date grant by grant in a long fill.
     """
 
-    def __init__(self, *args: object, best: bool, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, inputs: FillInputs, best: bool) -> None:
+        super().__init__(inputs)
         self.best = best
         self.active = self.state.runnable.copy()
         self.best_fit = BestFit(self.state, self.rng) if best else None
@@ -266,6 +278,28 @@ class FrameworkFirst(Selector):
             self.active[framework] = False
 
 
+#: Every selection by name (allocator.policy.registry): a factory of a `Selector` from
+#: `FillInputs`; FUGA's registers itself in allocator/policy/fuga.py.
+SELECTIONS: Registry[Selector] = Registry("selection")
+SELECTIONS.register(Selection.RANDOM)(RandomAgent)
+SELECTIONS.register(Selection.JOINT)(Joint)
+
+
+@SELECTIONS.register(Selection.RRR)
+def _rrr(inputs: FillInputs) -> Selector:
+    return AgentPass(inputs) if inputs.agent_pass else RandomizedRoundRobin(inputs)
+
+
+@SELECTIONS.register(Selection.BESTFIT)
+def _bestfit(inputs: FillInputs) -> Selector:
+    return FrameworkFirst(inputs, best=True)
+
+
+@SELECTIONS.register(Selection.FIRSTFIT)
+def _firstfit(inputs: FillInputs) -> Selector:
+    return FrameworkFirst(inputs, best=False)
+
+
 def make_selector(
     selection: Selection | str,
     state: AllocationState,
@@ -274,21 +308,9 @@ def make_selector(
     ties: Ties | str = Ties.RANDOM,
     level: Level | str = Level.FRAMEWORK,
     agent_pass: bool = False,
+    params: Mapping[str, object] | None = None,
 ) -> Selector:
-    """`agent_pass`: `rrr` as the online engine runs it (`AgentPass`)."""
-    selection = Selection(selection)
-    ties = Ties(ties)
-    level = Level(level)
-    if selection is Selection.RANDOM:
-        return RandomAgent(state, criterion, rng, ties, level)
-    if selection is Selection.RRR and agent_pass:
-        return AgentPass(state, criterion, rng, ties, level)
-    if selection is Selection.RRR:
-        return RandomizedRoundRobin(state, criterion, rng, ties, level)
-    if selection is Selection.JOINT:
-        return Joint(state, criterion, rng, ties, level)
-    if selection is Selection.FUGA:
-        from allocator.policy.fuga import FugaSelector
-
-        return FugaSelector(state, criterion, rng, ties, level)
-    return FrameworkFirst(state, criterion, rng, ties, level, best=selection is Selection.BESTFIT)
+    """The selection's selector for one fill; `params`: the plugins' parameters by name
+    (`EngineConfig.policy_params()`), of which the selection takes its own if it has any."""
+    inputs = FillInputs(state, criterion, rng, Ties(ties), Level(level), agent_pass)
+    return SELECTIONS.build(Selection(selection), params, inputs)

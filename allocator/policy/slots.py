@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from allocator.errors import ScenarioError
-from allocator.policy.base import Criterion, Holdings
+from allocator.policy.base import CRITERIA, Criterion, Holdings
 
 #: The pseudo-resource the slot baseline adds to every agent and every task.
 SLOTS = "slots"
@@ -41,6 +41,7 @@ def with_slots(
     )
 
 
+@CRITERIA.register("slots")
 class Slots(Criterion):
     name = "slots"
 

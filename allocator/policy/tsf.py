@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from allocator.policy.base import Criterion
+from allocator.policy.base import CRITERIA, Criterion
 from allocator.state import AllocationState
 
 
@@ -29,6 +29,7 @@ def tasks_alone(
     return np.where(np.isnan(demand).any(axis=1), np.nan, alone)
 
 
+@CRITERIA.register("tsf")
 class TSF(Criterion):
     name = "tsf"
     needs_demand = True

@@ -28,6 +28,9 @@ per-executor demand). `app:` is one of
   {kind: script, path: my_app.py, args: [a, 1]}              # any script; checked by exit code
 where `samples` is per partition and `partitions` of a WordCount defaults to twice the job's
 executors. A script's relative path is taken from the current directory.
+
+`build_pools` turns a batch's `admission:` sections into allocator.admission's pools, for both
+runs.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from allocator.admission import AdmissionConfig, Policy
+from allocator.admission import Admission, AdmissionConfig, PendingJob, Policy, Pool
 from allocator.errors import FairbrokerError, ScenarioError
 from allocator.model import AgentSpec, check_amounts
 from allocator.scenarios.files import first_error, load_file
@@ -316,3 +319,38 @@ def parse_batch(data: Any) -> BatchSpec:
 
 def load_batch(path: str | Path) -> BatchSpec:
     return load_file(path, parse_batch)
+
+
+def build_pools(spec: BatchSpec, override: AdmissionConfig | None = None) -> list[Pool]:
+    """The pools of a batch: `override` (the command line) or the batch's `admission:` make
+    one pool of every job; otherwise each group with its own `admission:` is a pool. Groups
+    in no pool keep their submission queues."""
+    batch_config = override or (spec.admission.config() if spec.admission else None)
+    if batch_config is not None:
+        members = [tuple(range(len(spec.groups)))]
+        configs = [batch_config]
+    else:
+        members = [(g,) for g, group in enumerate(spec.groups) if group.admission is not None]
+        configs = [spec.groups[m[0]].admission.config() for m in members]  # type: ignore[union-attr]
+    pools = []
+    for groups, config in zip(members, configs, strict=True):
+        entries = [
+            (g, k, entry) for g in groups for k, entry in enumerate(spec.groups[g].job_entries())
+        ]
+        # Declaration order: the first job of every queue of every group, then the second...
+        # as the submission queues would start them.
+        entries.sort(key=lambda e: (e[1] // spec.groups[e[0]].queues, e[0], e[1]))
+        jobs = [
+            PendingJob(
+                key=(g, k),
+                order=order,
+                arrival=entry.arrival_s,
+                priority=entry.priority,
+                deadline=entry.deadline_s,
+                estimate=spec.groups[g].expected_duration(entry),
+            )
+            for order, (g, k, entry) in enumerate(entries)
+        ]
+        slots = sum(spec.groups[g].queues for g in groups)
+        pools.append(Pool(Admission(jobs, slots, config), groups))
+    return pools

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from allocator.admission import AdmissionConfig, Pool, build_pools, job_slot
+from allocator.admission import AdmissionConfig, Pool, job_slot
 from allocator.engine import Engine
 from allocator.engine_config import EngineConfig
-from allocator.scenarios.batch import BatchSpec, JobEntry, JobModel
+from allocator.scenarios.batch import BatchSpec, JobEntry, JobModel, build_pools
 from allocator.sim.jobs import JobProgress
 from allocator.sim.series import AllocationSeries
 from allocator.sim.workload import JobDraws

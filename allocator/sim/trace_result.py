@@ -142,30 +142,6 @@ class TraceResult:
             }
         return out
 
-    def summary(self) -> str:
-        """A few lines for the command line."""
-        out = self.to_json(series=False)
-        alloc = ", ".join(f"{r} {100 * v:.1f}%" for r, v in self.allocated().items())
-        jct = out["jct_s"]
-        assert isinstance(jct, dict)
-        label = self.scheduler if self.scheduler != "drf" else f"drf/{self.selection}"
-        if self.slots_per_server is not None:
-            label += (
-                f" (k={self.slots_per_server}, slots {100 * (self.slot_occupancy or 0):.0f}% full)"
-            )
-        makespan = "-" if self.makespan_s is None else f"{self.makespan_s:,.0f} s"
-        mean = "-" if jct["mean"] is None else f"{jct['mean']:,.0f} s"
-        p95 = "-" if jct["p95"] is None else f"{jct['p95']:,.0f} s"
-        return (
-            f"{self.scenario}: {label}, {self.agents} agents, {out['users']} users, "
-            f"{self.end_s:,.0f} s simulated in {self.wall_s:.1f} s\n"
-            f"  allocated {alloc}; fairness {self.series.mean_fairness():.2f}\n"
-            f"  tasks {self.tasks_completed}/{self.tasks_submitted} done; jobs "
-            f"{len(self.jct)} done, JCT mean {mean}, p95 {p95}; makespan {makespan}\n"
-            f"  users with every task done: {self.users_complete()}/{out['users']}; "
-            f"{self.grants} grants in {self.allocation_runs} allocation runs"
-        )
-
     def share_at(self, user: str, start: float, end: float) -> float:
         """Mean sampled dominant share of `user` over [start, end) (needs user tracking)."""
         times = np.array(self.series.times)
