@@ -28,7 +28,7 @@ from support.promtool import series, tool
 
 from allocator.backends.local import spark_home
 from allocator.backends.mesos import MesosBackend, MesosOptions
-from allocator.backends.mesos_link import MesosLink
+from allocator.backends.mesos.link import MesosLink
 from allocator.broker.server import BrokerOptions, BrokerService
 from allocator.engine_config import EngineConfig
 from allocator.serve_config import ServeConfig
@@ -472,7 +472,7 @@ def test_status_tables_fit_real_41_character_ids() -> None:
     """A real master's ids are 39-41 characters (agent ids with @role more in the broker's
     table): the columns after the id start at the same offset on the header and every row,
     for the master's view and for the broker's allocation."""
-    from allocator.backends.mesos_operator import MesosView
+    from allocator.backends.mesos.operator_view import MesosView
     from allocator.broker.proto import pb
     from allocator.cli_live import render_allocation
 

@@ -34,7 +34,7 @@ from allocator.metrics_defs import AllocationFrame, GroupUsage, constraints_of
 
 if TYPE_CHECKING:
 
-    from allocator.backends.mesos_link import LinkState
+    from allocator.backends.mesos.link import LinkState
     from allocator.broker.core import Broker
     from allocator.engine import Engine
 
