@@ -255,14 +255,14 @@ def test_framework_settings_reach_the_framework_info(tmp_path: Path) -> None:
         port=7090, framework_name="fb-prod", user="spark", roles=("pi", "wc"),
         state_dir=tmp_path,
     )  # fmt: skip
-    info = make_backend(config, broker_options(config))._framework_info()
+    info = make_backend(config, broker_options(config)).subscription.framework_info()
     assert info["name"] == "fb-prod" and info["user"] == "spark"
     assert info["hostname"] == "broker.example"
     assert info["webui_url"] == "http://broker.example:7090/v1/GetAllocation"
     assert info["roles"] == ["pi", "wc"] and info["checkpoint"] is True
     assert {c["type"] for c in info["capabilities"]} == {"MULTI_ROLE"}
     gpus = config.model_copy(update={"gpus": True})
-    info = make_backend(gpus, broker_options(gpus))._framework_info()
+    info = make_backend(gpus, broker_options(gpus)).subscription.framework_info()
     assert {c["type"] for c in info["capabilities"]} == {"MULTI_ROLE", "GPU_RESOURCES"}
 
 
