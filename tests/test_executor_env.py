@@ -22,6 +22,7 @@ from allocator.backends.executor import (
 )
 from allocator.backends.local import LocalCluster
 from allocator.backends.mesos import MesosBackend, MesosOptions
+from allocator.backends.mesos.tasks import task_info
 from allocator.broker.core import ApiError, Broker
 from allocator.engine_config import EngineConfig
 
@@ -183,7 +184,7 @@ def _mesos(tmp_path: Path, policy: ExecutorEnvPolicy | None = None) -> MesosBack
 def test_mesos_task_never_carries_a_hostile_environment(index: int, tmp_path: Path) -> None:
     backend = _mesos(tmp_path)
     with pytest.raises(EnvironmentRefused):
-        backend.task_info(spec(hostile(index, tmp_path / "ran")), "t.1", "a1", "h1")
+        task_info(spec(hostile(index, tmp_path / "ran")), "t.1", "a1", "h1", backend.options)
 
 
 def test_mesos_task_environment_is_the_tenants_allowed_names_and_the_heap(
@@ -191,8 +192,9 @@ def test_mesos_task_environment_is_the_tenants_allowed_names_and_the_heap(
 ) -> None:
     monkeypatch.setenv("FAIRBROKER_TOKEN", "broker-secret")
     backend = _mesos(tmp_path, ExecutorEnvPolicy.of_operator(["FOO"], []))
-    task = backend.task_info(
-        spec({"SPARK_EXECUTOR_OPTS": MODULE_FLAGS, "FOO": "a b"}), "t.1", "a1", "h1"
+    task = task_info(
+        spec({"SPARK_EXECUTOR_OPTS": MODULE_FLAGS, "FOO": "a b"}), "t.1", "a1", "h1",
+        backend.options,
     )
     env = {v["name"]: v["value"] for v in task["command"]["environment"]["variables"]}
     assert env == {

@@ -270,8 +270,8 @@ def test_a_capacity_report_delivered_late_never_brings_back_declined_offers(setu
     backend.resourceOffers(driver, [offer("o1", "a1", "h1", 8, 4096)])
     assert list(broker.engine.agents["a1"].capacity) == [8, 4096]
     with backend._lock:  # pymesos's thread: a report queued, not yet delivered
-        backend._report_capacity("a1")
-        late, backend._outbox = backend._outbox, []
+        backend.offers.report_capacity("a1")
+        late = backend.offers.take_reports()
     broker.allocate_once()  # nothing pending: o1 is declined, capacity 0
     assert driver.named("declineOffer")
     for report in late:  # the older report lands last
@@ -333,7 +333,7 @@ def test_reconciliation_repeats_with_doubling_backoff_until_confirmed(setup, mon
     the master has reported every task, then stops."""
     import types
 
-    import allocator.backends.mesos as mesos_module
+    import allocator.backends.mesos.backend as backend_module
 
     broker, backend, driver = setup
     broker.register(tenant("pi", 2, 1024, target=1))
@@ -342,7 +342,7 @@ def test_reconciliation_repeats_with_doubling_backoff_until_confirmed(setup, mon
     backend._stop.set()  # the real watchdog stops; its loop is run below on a fake clock
     backend._watchdog.join(5)
     clock = [1000.0]
-    monkeypatch.setattr(mesos_module, "time", types.SimpleNamespace(
+    monkeypatch.setattr(backend_module, "time", types.SimpleNamespace(
         monotonic=lambda: clock[0], sleep=time.sleep))  # fmt: skip
     backend.options.heartbeat_timeout = 1e9  # (one watchdog round per fake second)
     driver.master = None  # no master agent list to read here
@@ -377,7 +377,7 @@ def test_redirects_back_off_and_reset(monkeypatch) -> None:
 
     from pymesos import MesosSchedulerDriver
 
-    import allocator.backends.mesos as mesos_module
+    import allocator.backends.mesos.driver as driver_module
 
     clock, sleeps, followed = [1000.0], [], []
 
@@ -385,12 +385,12 @@ def test_redirects_back_off_and_reset(monkeypatch) -> None:
         sleeps.append(seconds)
         clock[0] += seconds
 
-    monkeypatch.setattr(mesos_module, "time", types.SimpleNamespace(
+    monkeypatch.setattr(driver_module, "time", types.SimpleNamespace(
         monotonic=lambda: clock[0], sleep=sleep))  # fmt: skip
     monkeypatch.setattr(MesosSchedulerDriver, "change_master",
                         lambda self, master: followed.append(master))  # fmt: skip
     options = MesosOptions(master="127.0.0.1:5050")
-    driver = mesos_module.pymesos_driver(object(), {"name": "f"}, options)  # type: ignore[arg-type]
+    driver = driver_module.pymesos_driver(object(), {"name": "f"}, options)  # type: ignore[arg-type]
     for _ in range(8):
         driver.change_master("127.0.0.1:5050")
     assert sleeps == [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]  # the first one at once
@@ -427,7 +427,8 @@ def test_subscribe_as_sent_by_pymesos_declares_only_our_capabilities() -> None:
     backend = MesosBackend(MesosOptions(master="m:5050"))
     for gpus, expected in [(False, ["MULTI_ROLE"]), (True, ["MULTI_ROLE", "GPU_RESOURCES"])]:
         backend.options.gpus = gpus
-        driver = mesos_module.pymesos_driver(backend, backend._framework_info(), backend.options)
+        info = backend.subscription.framework_info()
+        driver = mesos_module.pymesos_driver(backend, info, backend.options)
         driver.version = "1.11.0"  # learnt from the master before SUBSCRIBE
         sent = driver.framework  # what pymesos puts in SUBSCRIBE's framework_info
         assert [c["type"] for c in sent["capabilities"]] == expected

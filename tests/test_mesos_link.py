@@ -28,7 +28,7 @@ from support.promtool import series, tool
 
 from allocator.backends.local import spark_home
 from allocator.backends.mesos import MesosBackend, MesosOptions
-from allocator.backends.mesos_link import MesosLink
+from allocator.backends.mesos.link import MesosLink
 from allocator.broker.server import BrokerOptions, BrokerService
 from allocator.cli.serve_config import ServeConfig
 from allocator.cli.teardown import teardown_framework
@@ -255,14 +255,14 @@ def test_framework_settings_reach_the_framework_info(tmp_path: Path) -> None:
         port=7090, framework_name="fb-prod", user="spark", roles=("pi", "wc"),
         state_dir=tmp_path,
     )  # fmt: skip
-    info = make_backend(config, broker_options(config))._framework_info()
+    info = make_backend(config, broker_options(config)).subscription.framework_info()
     assert info["name"] == "fb-prod" and info["user"] == "spark"
     assert info["hostname"] == "broker.example"
     assert info["webui_url"] == "http://broker.example:7090/v1/GetAllocation"
     assert info["roles"] == ["pi", "wc"] and info["checkpoint"] is True
     assert {c["type"] for c in info["capabilities"]} == {"MULTI_ROLE"}
     gpus = config.model_copy(update={"gpus": True})
-    info = make_backend(gpus, broker_options(gpus))._framework_info()
+    info = make_backend(gpus, broker_options(gpus)).subscription.framework_info()
     assert {c["type"] for c in info["capabilities"]} == {"MULTI_ROLE", "GPU_RESOURCES"}
 
 
@@ -472,7 +472,7 @@ def test_status_tables_fit_real_41_character_ids() -> None:
     """A real master's ids are 39-41 characters (agent ids with @role more in the broker's
     table): the columns after the id start at the same offset on the header and every row,
     for the master's view and for the broker's allocation."""
-    from allocator.backends.mesos_operator import MesosView
+    from allocator.backends.mesos.operator_view import MesosView
     from allocator.broker.proto import pb
     from allocator.cli.live import render_allocation
 

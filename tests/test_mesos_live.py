@@ -105,7 +105,7 @@ def test_faults_lose_no_work_and_launch_nothing_twice(tmp_path: Path, master: Me
 
 
 def test_status_shows_mesos_view_beside_the_brokers(tmp_path: Path, master: MesosMaster):
-    from allocator.backends.mesos_operator import MesosOperatorError, mesos_view
+    from allocator.backends.mesos.operator_view import MesosOperatorError, mesos_view
 
     with mesos_broker(tmp_path, master) as service:
         # A tenant with pending demand that no agent holds: the broker keeps taking offers

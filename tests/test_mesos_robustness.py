@@ -185,7 +185,7 @@ def test_an_adopted_executor_on_an_at_sign_agent_is_found_in_the_agent_list(
 ) -> None:
     """After a restart the adopted executors' agents are read from /master/slaves (before
     any offer): an agent id with '@' is found, and its role is the key's last part."""
-    from allocator.backends import mesos
+    from allocator.backends.mesos import link
     from allocator.broker.store import Store
 
     agent, host = "S0@10.0.0.1:5051", "h1"
@@ -217,7 +217,7 @@ def test_an_adopted_executor_on_an_at_sign_agent_is_found_in_the_agent_list(
         mine = {"id": agent, "hostname": host, "attributes": {"rack": "r1"}}
         return _Answer({"slaves": [other, mine]})
 
-    monkeypatch.setattr(mesos.requests, "get", get)
+    monkeypatch.setattr(link.requests, "get", get)
     driver = FailingDriver()
     driver.master = "127.0.0.1:5050"
     second, backend = start(driver)
@@ -225,7 +225,7 @@ def test_an_adopted_executor_on_an_at_sign_agent_is_found_in_the_agent_list(
     key = agent if len(roles) == 1 else f"{agent}@{role}"
     backend._look_at_agents()
     assert asked and asked[-1] == "http://127.0.0.1:5050/master/slaves"
-    found = backend._agents[key]
+    found = backend.offers.agents[key]
     assert found.hostname == host
     expected = {"rack": "r1"} if len(roles) == 1 else {"rack": "r1", "mesos_role": role}
     assert dict(found.attributes) == expected

@@ -282,13 +282,13 @@ def test_the_backend_hands_the_driver_proto_shaped_messages(case: str, tmp_path:
         MesosOptions(master="m:5050", state_dir=tmp_path, spark_home="/opt/spark", **options),
         driver_factory=lambda *_: driver,
     )
-    assert wire_errors(backend._framework_info(), "FrameworkInfo") == []
+    assert wire_errors(backend.subscription.framework_info(), "FrameworkInfo") == []
     broker = Broker(backend, EngineConfig("drf"))
     broker.start(loop=False)
     try:
         backend.registered(driver, {"value": "fw-1"}, {})
         # registered with an id: the FrameworkInfo of a re-subscription carries it
-        info = backend._framework_info()
+        info = backend.subscription.framework_info()
         assert info["id"] == {"value": "fw-1"} and info["roles"] == list(roles)
         assert wire_errors(info, "FrameworkInfo") == []
         role = roles[-1]
@@ -357,7 +357,7 @@ def live_broker(
         yield broker
     finally:
         broker.stop(kill_executors=True)  # KILLs, then TEARDOWN on pymesos' IO thread
-        joiner = threading.Thread(target=backend._driver.join, daemon=True)
+        joiner = threading.Thread(target=backend.subscription.driver.join, daemon=True)
         joiner.start()
         joiner.join(10)
         assert not joiner.is_alive(), "the pymesos driver did not stop"

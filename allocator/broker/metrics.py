@@ -35,7 +35,7 @@ from allocator.metrics_defs import GroupUsage
 
 if TYPE_CHECKING:
 
-    from allocator.backends.mesos_link import LinkState
+    from allocator.backends.mesos.link import LinkState
     from allocator.broker.core import Broker
     from allocator.engine import Engine
 

@@ -265,7 +265,7 @@ def status(broker: str, token: str | None, as_json: bool, master: str | None) ->
     else:
         click.echo(render_allocation(allocation))
     if master:
-        from allocator.backends.mesos_operator import mesos_view
+        from allocator.backends.mesos.operator_view import mesos_view
 
         click.echo("")
         click.echo(mesos_view(master).render())

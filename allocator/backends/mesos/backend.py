@@ -1,0 +1,333 @@
+"""The Mesos backend the broker talks to: it composes the link to the master
+(`link.Subscription`), the book of offers held (`offers.OfferBook`) and the broker's tasks
+(`tasks.TaskBook`), and receives pymesos's callbacks, each of which may touch all three.
+
+Each allocation run's launches on an agent become one ACCEPT of that agent's offers with a
+LAUNCH per executor, and the offers a run leaves unused are declined with a refuse filter.
+With no executor pending the framework SUPPRESSes, and REVIVEs when demand returns.
+
+pymesos runs callbacks on its IO thread and re-raises any exception from them in the main
+thread; every callback here is wrapped so nothing escapes. One lock guards the three pieces;
+reports to the broker are sent once it is released (the broker's lock comes first).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from allocator.backends.base import AgentInfo, BackendEvents, ExecutorState, LaunchSpec, TaskStatus
+from allocator.backends.mesos.driver import pymesos_driver
+from allocator.backends.mesos.link import Subscription
+from allocator.backends.mesos.offers import OfferBook
+from allocator.backends.mesos.options import ROLE_ATTRIBUTE, MesosOptions
+from allocator.backends.mesos.tasks import TERMINAL, TaskBook
+from allocator.errors import FairbrokerError
+
+log = logging.getLogger(__package__)
+
+
+def _guarded(method: Callable) -> Callable:
+    @functools.wraps(method)
+    def call(self: MesosBackend, *args: Any) -> Any:
+        try:
+            return method(self, *args)
+        except Exception:  # an exception here would kill pymesos' IO thread and the broker
+            log.exception("mesos callback %s failed", method.__name__)
+            return None
+
+    return call
+
+
+class MesosBackend:
+    """Backend protocol (allocator.backends.base) over a pymesos scheduler driver."""
+
+    name = "mesos"
+
+    def __init__(
+        self, options: MesosOptions, driver_factory: Callable[..., Any] | None = None
+    ) -> None:
+        if any("@" in role for role in options.roles):
+            raise FairbrokerError(f"roles: a Mesos role name holds no '@', got {options.roles}")
+        self.options = options
+        self._lock = threading.RLock()
+        self._events: BackendEvents | None = None
+        self.subscription = Subscription(options, self, driver_factory or pymesos_driver)
+        self.link = self.subscription.link  # the link's state, for metrics, status and health
+        self.tasks = TaskBook(options, self.subscription.call)
+        self.offers = OfferBook(options, self.subscription.call, self.tasks.resources_on,
+                                self._lock)  # fmt: skip
+        self._stop = threading.Event()
+        self._watchdog: threading.Thread | None = None
+
+    @property
+    def framework_id(self) -> str | None:
+        return self.subscription.framework_id
+
+    # ---- Backend -----------------------------------------------------------------------
+    def start(self, events: BackendEvents) -> None:
+        self._events = self.offers.events = events
+        self.subscription.connect()
+        self._watchdog = threading.Thread(target=self._watch, name="mesos-watchdog", daemon=True)
+        self._watchdog.start()
+
+    def agents(self) -> list[AgentInfo]:
+        return []  # they arrive with offers
+
+    def last_offered(self) -> dict[str, dict[str, float]]:
+        """Each agent's total when it was last offered (for status and metrics: between
+        offers, and while suppressed, the capacity the broker holds is only its tasks)."""
+        with self._lock:
+            return {key: dict(total) for key, total in self.offers.last_offered.items()}
+
+    def offer_stats(self) -> dict[str, int]:
+        """Offers held now and counted by outcome (for the metrics)."""
+        with self._lock:
+            return self.offers.stats()
+
+    def tenant_constraints(self, group: str) -> dict[str, str]:
+        """With several roles, a tenant runs in offers of its group's role (else the first)."""
+        roles = self.options.roles
+        if len(roles) == 1:
+            return {}
+        return {ROLE_ATTRIBUTE: group if group in roles else roles[0]}
+
+    def launch(self, spec: LaunchSpec) -> str:
+        with self._lock:
+            return self.tasks.launch(spec, self.offers.agents[spec.agent].hostname)
+
+    def flush(self, wants_more: bool = True) -> None:
+        """Accept the offers of agents that got launches, decline the rest; suppress when
+        nothing is pending."""
+        with self._lock:
+            self.offers.decline_malformed_again()
+            pending = self.tasks.take_pending()
+            counts = self.offers.counts
+            for key, offers in self.offers.take_by_agent().items():
+                ids = [{"value": o.offer_id} for o in offers]
+                tasks = pending.pop(key, [])
+                if tasks:
+                    operations = [{"type": "LAUNCH", "launch": {"task_infos": tasks}}]
+                    accepted = self.subscription.call(
+                        "acceptOffers", ids, operations, {"refuse_seconds": 1.0}
+                    )
+                    counts["accepted" if accepted else "declined"] += len(ids)
+                    if not accepted:
+                        # Never launched: the executors are lost to the broker, and the offers,
+                        # still outstanding at the master, are handed back at once.
+                        for task in tasks:
+                            self._lost(task["task_id"]["value"], "ACCEPT refused by the master")
+                        self.offers.decline([o.offer_id for o in offers], 0.0)
+                else:
+                    self.offers.decline([o.offer_id for o in offers], self.options.refuse_seconds)
+                    counts["declined"] += len(ids)
+                self.offers.keep_outstanding(offers)  # still outstanding at the master
+                self.offers.report_capacity(key)
+            for tasks in pending.values():  # offers gone (rescinded) before the accept
+                for task in tasks:
+                    self._lost(task["task_id"]["value"], "offer no longer held")
+            self.subscription.want_offers(wants_more)
+        self._emit()
+
+    def kill(self, tenant_id: str, executor_id: str) -> None:
+        with self._lock:
+            self.tasks.kill(tenant_id, executor_id)
+
+    def adopt(self, spec: LaunchSpec, handle: str) -> bool:
+        with self._lock:
+            self.tasks.adopt(spec, handle)
+        return True
+
+    def reconcile(self, adopted: set[tuple[str, str]], abandoned: list[LaunchSpec]) -> None:
+        self.tasks.kill_abandoned(abandoned)
+
+    def stop(self, kill_executors: bool = True) -> None:
+        self._stop.set()
+        driver = self.subscription.driver
+        if driver is None:
+            return
+        if kill_executors:
+            with self._lock:
+                for task_id in list(self.tasks.tasks):
+                    driver.killTask({"value": task_id})
+        self.subscription.stop(kill_executors)
+
+    def health(self) -> dict[str, object]:
+        with self._lock:
+            return self.subscription.health(len(self.tasks.unconfirmed))
+
+    # ---- pymesos scheduler callbacks ---------------------------------------------------
+    @_guarded
+    def registered(self, driver: Any, framework_id: dict, master_info: dict) -> None:
+        self.subscription.registered(framework_id["value"])
+        log.info("registered with Mesos as framework %s", self.framework_id)
+        self._subscribed_again()
+
+    @_guarded
+    def reregistered(self, driver: Any, master_info: dict) -> None:
+        log.info("re-registered with Mesos (framework %s)", self.framework_id)
+        self._subscribed_again()
+
+    def _subscribed_again(self) -> None:
+        """A new subscription: the master discarded this framework's offers (without a
+        rescind) and its suppression; pending KILLs are re-sent and every known task is
+        reconciled until the master confirms it."""
+        with self._lock:
+            self.subscription.subscribed_again()
+            self.offers.forget_offers()
+            self.tasks.subscribed_again()
+        self._emit()
+        self._reconcile()
+
+    @_guarded
+    def disconnected(self, driver: Any) -> None:
+        # pymesos calls this after every failed connection attempt too: say it once, when the
+        # subscription is lost (pymesos logs each attempt on its own line)
+        with self._lock:
+            was_subscribed = self.subscription.lost()
+        if was_subscribed:
+            log.warning("disconnected from the Mesos master")
+        self.link.disconnected()
+
+    @_guarded
+    def processHeartBeat(self, driver: Any) -> None:
+        self.subscription.heard()
+
+    @_guarded
+    def resourceOffers(self, driver: Any, offers: list[dict]) -> None:
+        self.subscription.heard()
+        with self._lock:
+            self.subscription.has_agents = True
+            for raw in offers:
+                offer = self.offers.receive(raw)
+                if offer is not None:
+                    self.tasks.kill_orphans(offer.agent_id)
+        self._emit()
+
+    @_guarded
+    def offerRescinded(self, driver: Any, offer_id: dict) -> None:
+        with self._lock:
+            self.offers.rescind(offer_id["value"])
+        self._emit()
+
+    @_guarded
+    def statusUpdate(self, driver: Any, status: dict) -> None:
+        self.subscription.heard(heartbeat=False)
+        task_id = status["task_id"]["value"]
+        state = status.get("state", "")
+        with self._lock:
+            task = self.tasks.update(task_id, state, status)
+        if task is not None and self._events is not None:
+            spec = task.spec
+            if state == "TASK_RUNNING":
+                self._events.status(
+                    TaskStatus(spec.tenant_id, spec.executor_id, ExecutorState.RUNNING, state)
+                )
+            elif state in TERMINAL:
+                with self._lock:
+                    self.tasks.finished(task_id)
+                message = f"{state}: {status.get('message', status.get('reason', ''))}"
+                self._events.status(
+                    TaskStatus(spec.tenant_id, spec.executor_id, TERMINAL[state], message)
+                )
+                with self._lock:
+                    self.offers.report_capacity(task.agent_key)
+                self._emit()
+        if "uuid" in status:
+            self.subscription.call("acknowledgeStatusUpdate", status)  # explicit acknowledgements
+
+    @_guarded
+    def slaveLost(self, driver: Any, agent_id: dict) -> None:
+        """The master removed the agent: its offers and engine agents are gone, its tasks
+        become orphans (killed when the agent is seen again), the broker is told."""
+        lost = agent_id["value"]
+        with self._lock:
+            keys = self.offers.remove_agent(lost)
+            self.tasks.agent_lost(lost)
+        for key in keys:
+            if self._events is not None:
+                self._events.agent_removed(key)
+
+    @_guarded
+    def error(self, driver: Any, message: str) -> None:
+        log.error("Mesos master error: %s", message)
+
+    @_guarded
+    def executorLost(self, driver: Any, executor_id: dict, agent_id: dict, status: Any) -> None:
+        log.warning("executor %s lost on agent %s", executor_id, agent_id)
+
+    # Not used by a framework that launches command tasks and never reserves.
+    def inverseOffers(self, driver: Any, offers: list) -> None:
+        pass
+
+    def inverseOfferRescinded(self, driver: Any, offer_id: dict) -> None:
+        pass
+
+    def operationStatusUpdate(self, driver: Any, status: dict) -> None:
+        pass
+
+    def frameworkMessage(self, driver: Any, executor_id: dict, agent_id: dict, data: Any) -> None:
+        pass
+
+    # ---- internals ---------------------------------------------------------------------
+    def _emit(self) -> None:
+        """Send the queued reports to the broker, outside the backend's lock."""
+        with self._lock:
+            reports = self.offers.take_reports()
+        for report in reports:
+            report()
+
+    def _lost(self, task_id: str, why: str) -> None:
+        status = self.tasks.lost(task_id, why)
+        if status is not None and self._events is not None:
+            self._events.status(status)
+
+    def _reconcile(self) -> None:
+        """Explicit reconciliation of the tasks the master has not confirmed since this
+        subscription; repeated by the watchdog with back-off until none is left."""
+        with self._lock:
+            bodies = self.tasks.reconcile_bodies(time.monotonic())
+        self.subscription.call("reconcileTasks", bodies)
+
+    def _watch(self) -> None:
+        """pymesos does not notice a silent master: reconnect after missed heartbeats. Also
+        repeats reconciliation and reads the master's agent list when due."""
+        limit = self.options.heartbeat_timeout
+        while not self._stop.wait(min(1.0, limit / 4)):
+            now = time.monotonic()
+            with self._lock:
+                reconcile = self.tasks.reconcile_due(now)
+                look = self.subscription.look_due(now)
+            if reconcile:
+                self._reconcile()
+            if look:
+                self._look_at_agents()
+            if self.subscription.heartbeats_missed():
+                log.warning("no heartbeat from the Mesos master for %.0f s; reconnecting", limit)
+                self.subscription.reconnect()
+
+    def _look_at_agents(self) -> None:
+        """Ask the leading master which agents it has: a master restarted without its
+        registry has none, and the broker says so in its health; adopted executors' agents
+        get their hostnames before any offer arrives."""
+        slaves = self.subscription.master_agents()
+        if slaves is None:
+            return
+        with self._lock:
+            self.subscription.has_agents = bool(slaves)
+            if not slaves:
+                log.warning("subscribed, but the Mesos master has no agents")
+            by_id = {a["id"]: a for a in slaves}
+            for key in self.tasks.agent_keys() - set(self.offers.agents):
+                agent = by_id.get(self.options.agent_id(key))  # agent ids may hold '@'
+                if agent is None:
+                    continue
+                attrs = {k: str(v) for k, v in agent.get("attributes", {}).items()}
+                attrs.update(self.options.role_attributes(key))  # as for an offer
+                self.offers.agents[key] = AgentInfo(key, agent.get("hostname", ""), {}, attrs)
+                self.offers.report_capacity(key)
+        self._emit()

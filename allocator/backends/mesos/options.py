@@ -1,0 +1,56 @@
+"""How the broker runs as a Mesos framework (`MesosOptions`), and how its roles name the
+engine's agents: with one role an engine agent is the Mesos agent id; with several, an agent
+offered to role R is a separate engine agent `AGENT@R` carrying the attribute
+`mesos_role=R` (role names hold no '@', agent ids may)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from allocator.backends.executor import ExecutorEnvPolicy
+from allocator.mesos_defaults import REFUSE_SECONDS
+
+ROLE_ATTRIBUTE = "mesos_role"
+HEARTBEAT_SECONDS = 15.0  # the master's fixed interval
+MISSED_HEARTBEATS = 5  # then the connection is considered dead and re-established
+AGENTS_LOOK_S = 15.0  # how often the master's agent list is read (for health, hostnames)
+
+
+@dataclass
+class MesosOptions:
+    master: str  # HOST:5050 or zk://...
+    roles: tuple[str, ...] = ("*",)
+    principal: str | None = None
+    secret: str | None = field(default=None, repr=False)  # never in logs or reprs
+    failover_timeout: float = 7 * 24 * 3600.0
+    framework_name: str = "fairbroker"
+    user: str | None = None  # the user tasks run as (default: the broker's own)
+    hostname: str | None = None
+    webui_url: str | None = None
+    gpus: bool = False  # GPU_RESOURCES: without it Mesos never offers GPU agents
+    spark_home: str = "/opt/spark"  # where Spark is on the agents
+    spark_uri: str | None = None  # or a Spark tarball the agents fetch into the sandbox
+    heartbeat_timeout: float = MISSED_HEARTBEATS * HEARTBEAT_SECONDS
+    refuse_seconds: float = REFUSE_SECONDS  # the engine's (EngineConfig.refuse_seconds)
+    agents_look_seconds: float = AGENTS_LOOK_S  # how often the master's agent list is read
+    state_dir: Path = Path(".fairbroker")
+    executor_env: ExecutorEnvPolicy = field(default_factory=ExecutorEnvPolicy)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def several_roles(self) -> bool:
+        return len(self.roles) > 1
+
+    def agent_key(self, agent_id: str, role: str) -> str:
+        """The engine agent of a Mesos agent offered to `role`."""
+        return f"{agent_id}@{role}" if self.several_roles else agent_id
+
+    def agent_id(self, key: str) -> str:
+        """The Mesos agent id of an engine agent (`AGENT` or `AGENT@ROLE`)."""
+        return key.rsplit("@", 1)[0] if self.several_roles else key
+
+    def role_attributes(self, key: str) -> dict[str, str]:
+        """The attribute an engine agent carries for its role (none with one role)."""
+        return {ROLE_ATTRIBUTE: key.rsplit("@", 1)[1]} if self.several_roles else {}

@@ -1,0 +1,246 @@
+"""The broker's Mesos tasks: the TaskInfo of each launch (queued until the run's ACCEPT),
+the tasks believed running, their status updates, KILLs (re-sent until a terminal update),
+explicit reconciliation with back-off, and orphans: executors given up with a lost agent,
+killed by id when that agent is seen again.
+
+Not thread-safe by itself: the backend calls it under its lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+from allocator.backends.base import ExecutorState, LaunchSpec, TaskStatus
+from allocator.backends.executor import executor_launch
+from allocator.backends.mesos.options import MesosOptions
+
+log = logging.getLogger(__package__)
+
+RECONCILE_FIRST_S = 2.0  # reconciliation is repeated, doubling, until every task is confirmed
+RECONCILE_MAX_S = 60.0
+TERMINAL = {
+    "TASK_FINISHED": ExecutorState.FINISHED,
+    "TASK_FAILED": ExecutorState.FAILED,
+    "TASK_KILLED": ExecutorState.KILLED,
+    "TASK_LOST": ExecutorState.FAILED,
+    "TASK_ERROR": ExecutorState.FAILED,
+    "TASK_DROPPED": ExecutorState.FAILED,
+    "TASK_GONE": ExecutorState.FAILED,
+    "TASK_GONE_BY_OPERATOR": ExecutorState.FAILED,
+    "TASK_UNKNOWN": ExecutorState.FAILED,
+}
+
+#: A call to the master (name, arguments): False when it was not made or failed.
+MasterCall = Callable[..., bool]
+
+
+@dataclass
+class Task:
+    spec: LaunchSpec
+    agent_key: str  # engine agent (AGENT or AGENT@ROLE)
+    agent_id: str
+    state: str = "TASK_STAGING"
+
+
+def task_id_of(tenant_id: str, executor_id: str) -> str:
+    return f"{tenant_id}.{executor_id}"
+
+
+def lost_by_master(status: dict) -> bool:
+    """A TASK_LOST the master declared (agent unreachable or removed), not the agent."""
+    return status.get("source") == "SOURCE_MASTER" and status.get("reason") not in (
+        "REASON_RECONCILIATION", "REASON_INVALID_OFFERS",
+    )  # fmt: skip
+
+
+def task_info(
+    spec: LaunchSpec, task_id: str, agent_id: str, hostname: str, options: MesosOptions
+) -> dict:
+    """The TaskInfo of one executor: its resources are exactly the broker's demand."""
+    spark_class = (
+        "./bin/spark-class" if options.spark_uri else f"{options.spark_home}/bin/spark-class"
+    )
+    command = executor_launch(
+        spec, spark_class=spark_class, hostname=hostname, policy=options.executor_env
+    )  # the agent provides the base environment, never the broker
+    # No "role": in Mesos 1.x a Resource.role other than "*" means *statically
+    # reserved*, which these resources are not (the master would answer TASK_ERROR);
+    # the master injects the offer's allocation_info itself.
+    resources = [
+        {"name": name, "type": "SCALAR", "scalar": {"value": round(value, 3)}}
+        for name, value in sorted(spec.resources.items())
+        if value > 0
+    ]
+    value = shlex.join(command.argv)
+    uris = []
+    if options.spark_uri:
+        # as Spark's own Mesos backend does: the tarball unpacks to <basename>*/ in the
+        # sandbox, and the executor starts from there
+        uris = [{"value": options.spark_uri, "extract": True}]
+        basename = options.spark_uri.rstrip("/").split("/")[-1].split(".")[0]
+        value = f"cd {shlex.quote(basename)}*; {value}"
+    return {
+        "name": f"fairbroker {spec.tenant_id} executor {spec.executor_id}",
+        "task_id": {"value": task_id},
+        "agent_id": {"value": agent_id},
+        "resources": resources,
+        "command": {
+            "shell": True,
+            "value": value,
+            **({"uris": uris} if uris else {}),
+            "environment": {
+                "variables": [
+                    {"name": k, "value": v} for k, v in sorted(command.environment.items())
+                ]
+            },
+        },
+    }
+
+
+class TaskBook:
+    def __init__(self, options: MesosOptions, call: MasterCall) -> None:
+        self.options = options
+        self._call = call
+        self.tasks: dict[str, Task] = {}
+        self.pending: dict[str, list[dict]] = {}  # agent key -> TaskInfos of this run
+        self.kills: set[str] = set()  # KILLs to (re)send once subscribed
+        self.unconfirmed: set[str] = set()  # tasks the master has not reported since subscribing
+        self.next_reconcile = (0.0, RECONCILE_FIRST_S)  # (when, back-off)
+        self.orphans: dict[str, str] = {}  # task id -> agent id: given up with a lost agent
+        self.abandoned: set[str] = set()  # task ids the broker dropped at recovery
+
+    # ---- launches ----------------------------------------------------------------------
+    def launch(self, spec: LaunchSpec, hostname: str) -> str:
+        """Queue the executor's TaskInfo for the run's ACCEPT on its agent."""
+        agent_id = self.options.agent_id(spec.agent)
+        task_id = task_id_of(spec.tenant_id, spec.executor_id)
+        self.pending.setdefault(spec.agent, []).append(
+            task_info(spec, task_id, agent_id, hostname, self.options)
+        )
+        self.tasks[task_id] = Task(spec, spec.agent, agent_id)
+        return task_id
+
+    def take_pending(self) -> dict[str, list[dict]]:
+        pending, self.pending = self.pending, {}
+        return pending
+
+    def adopt(self, spec: LaunchSpec, handle: str) -> None:
+        """After a broker restart: the task is assumed alive; reconciliation corrects it
+        (a task whose launch was recorded but not its ACCEPT has its deterministic id)."""
+        task_id = handle or task_id_of(spec.tenant_id, spec.executor_id)
+        self.tasks[task_id] = Task(spec, spec.agent, self.options.agent_id(spec.agent),
+                                   "TASK_RUNNING")  # fmt: skip
+
+    def lost(self, task_id: str, why: str) -> TaskStatus | None:
+        """Forget a task that never ran (its ACCEPT refused, its offer gone): the status to
+        report, if the task was known."""
+        task = self.tasks.pop(task_id, None)
+        if task is None:
+            return None
+        return TaskStatus(task.spec.tenant_id, task.spec.executor_id, ExecutorState.FAILED, why)
+
+    def resources_on(self, key: str) -> Iterator[Mapping[str, float]]:
+        """The resources of each task on an engine agent."""
+        return (task.spec.resources for task in self.tasks.values() if task.agent_key == key)
+
+    def agent_keys(self) -> set[str]:
+        return {task.agent_key for task in self.tasks.values()}
+
+    # ---- kills -------------------------------------------------------------------------
+    def kill(self, tenant_id: str, executor_id: str) -> None:
+        task_id = task_id_of(tenant_id, executor_id)
+        task = self.tasks.get(task_id)
+        if task is not None:
+            self.kills.add(task_id)  # until the task's terminal update arrives
+            self._kill(task_id, task.agent_id)
+
+    def _kill(self, task_id: str, agent_id: str) -> bool:
+        return self._call("killTask", {"value": task_id}, {"value": agent_id})
+
+    def kill_abandoned(self, specs: list[LaunchSpec]) -> None:
+        """Kill the tasks of executors the broker abandoned at recovery (again once
+        subscribed, as the driver may not be connected yet)."""
+        self.abandoned.update(task_id_of(spec.tenant_id, spec.executor_id) for spec in specs)
+        for task_id in self.abandoned:
+            self._call("killTask", {"value": task_id})
+
+    def kill_orphans(self, agent_id: str) -> None:
+        """The agent is seen again: kill the executors given up with it."""
+        for task_id, lost_on in self.orphans.items():
+            if lost_on == agent_id:
+                self._kill(task_id, agent_id)
+
+    # ---- subscription and reconciliation ----------------------------------------------
+    def subscribed_again(self) -> None:
+        """Every known task is unconfirmed until the master reports it; pending KILLs (and
+        those of executors abandoned at recovery) are re-sent."""
+        self.unconfirmed = set(self.tasks) | set(self.orphans)
+        self.next_reconcile = (0.0, RECONCILE_FIRST_S)
+        for task_id in sorted(self.kills):
+            task = self.tasks.get(task_id)
+            if task is not None:
+                self._kill(task_id, task.agent_id)
+        for task_id in sorted(self.abandoned):
+            self._call("killTask", {"value": task_id})
+
+    def reconcile_due(self, now: float) -> bool:
+        return bool(self.unconfirmed) and now >= self.next_reconcile[0]
+
+    def reconcile_bodies(self, now: float) -> list[dict]:
+        """The RECONCILE of the tasks the master has not confirmed since this subscription;
+        the next one follows after the back-off, which doubles up to RECONCILE_MAX_S."""
+        backoff = self.next_reconcile[1]
+        self.next_reconcile = (now + backoff, min(2 * backoff, RECONCILE_MAX_S))
+        bodies = []
+        for task_id in sorted(self.unconfirmed):
+            task = self.tasks.get(task_id)
+            agent = task.agent_id if task else self.orphans.get(task_id)
+            bodies.append({"task_id": {"value": task_id}}
+                          | ({"agent_id": {"value": agent}} if agent else {}))  # fmt: skip
+        return bodies
+
+    # ---- status updates and lost agents ------------------------------------------------
+    def update(self, task_id: str, state: str, status: dict) -> Task | None:
+        """Record a status update (the task is still listed, even when terminal: the
+        backend reports it first, then calls `finished`); the task, if it is the broker's."""
+        self.unconfirmed.discard(task_id)
+        task = self.tasks.get(task_id)
+        if task is not None:
+            task.state = state
+        if state in TERMINAL:
+            self.kills.discard(task_id)
+        if task_id in self.orphans:
+            self._orphan_update(task_id, state, status)
+        elif task is not None and state == "TASK_LOST" and lost_by_master(status):
+            # the master lost sight of the agent; the executor may well still run there
+            self.orphans[task_id] = task.agent_id
+        return task
+
+    def finished(self, task_id: str) -> None:
+        self.tasks.pop(task_id, None)
+
+    def _orphan_update(self, task_id: str, state: str, status: dict) -> None:
+        """An update for an executor given up with its agent: the master reports it again
+        when the agent re-registers (possibly TASK_RUNNING, or a second terminal state).
+        Running: kill it. Terminal as the agent or executor reports it: done (the master's
+        own TASK_LOST only means it cannot see the task)."""
+        agent_id = self.orphans[task_id]
+        if state not in TERMINAL:
+            log.warning("executor %s of lost agent %s is still running: killing it",
+                        task_id, agent_id)  # fmt: skip
+            self._kill(task_id, agent_id)
+        elif status.get("source") != "SOURCE_MASTER":
+            del self.orphans[task_id]
+
+    def agent_lost(self, agent_id: str) -> None:
+        """The master removed the agent. Its executors are replaced elsewhere, but they may
+        still be running (an agent daemon that died leaves them alive): each is remembered
+        as an orphan and killed by id as soon as the agent is seen again."""
+        for task_id, task in list(self.tasks.items()):
+            if task.agent_id == agent_id:
+                del self.tasks[task_id]
+                self.kills.discard(task_id)
+                self.orphans[task_id] = agent_id

@@ -1,0 +1,161 @@
+"""The broker's Mesos tasks on their own (`allocator/backends/mesos/tasks.py`), with plain
+launch specs and a recorded call to the master: TaskInfos queued per engine agent, KILLs
+re-sent until a terminal update, reconciliation's back-off, and orphans of lost agents."""
+
+from __future__ import annotations
+
+import shlex
+
+from allocator.backends.base import ExecutorState, LaunchSpec, TaskStatus
+from allocator.backends.mesos.options import MesosOptions
+from allocator.backends.mesos.tasks import RECONCILE_MAX_S, TaskBook, task_info
+
+
+class Master:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple]] = []
+
+    def __call__(self, name: str, *args: object) -> bool:
+        self.calls.append((name, args))
+        return True
+
+    def kills(self) -> list[tuple[str, str | None]]:
+        return [(args[0]["value"], args[1]["value"] if len(args) > 1 else None)
+                for name, args in self.calls if name == "killTask"]  # fmt: skip
+
+
+def spec(executor: str, agent: str = "S1", cpus: float = 2.0, tenant: str = "pi") -> LaunchSpec:
+    return LaunchSpec(tenant, executor, agent, {"cpus": cpus, "mem": 1024.0, "gpus": 0.0},
+                      "spark://CoarseGrainedScheduler@10.0.0.5:7078", "app-1", int(cpus),
+                      640)  # fmt: skip
+
+
+def book(roles: tuple[str, ...] = ("*",), **options: object) -> tuple[TaskBook, Master]:
+    master = Master()
+    opts = MesosOptions(master="m:5050", roles=roles, spark_home="/opt/spark", **options)
+    return TaskBook(opts, master), master
+
+
+def test_a_launch_queues_its_taskinfo_under_the_engine_agent_with_the_mesos_agent_id() -> None:
+    tasks, master = book(roles=("pi", "wc"))
+    assert tasks.launch(spec("1", agent="S0@10.0.0.1:5051@pi"), "h1") == "pi.1"
+    assert tasks.launch(spec("2", agent="S0@10.0.0.1:5051@pi", cpus=1.25), "h1") == "pi.2"
+    pending = tasks.take_pending()
+    assert list(pending) == ["S0@10.0.0.1:5051@pi"]
+    first, second = pending["S0@10.0.0.1:5051@pi"]
+    assert first["task_id"] == {"value": "pi.1"}
+    assert first["agent_id"] == {"value": "S0@10.0.0.1:5051"}  # the role is the key's, not Mesos's
+    assert [(r["name"], r["scalar"]["value"]) for r in second["resources"]] == [
+        ("cpus", 1.25), ("mem", 1024.0)
+    ]  # sorted, exactly the demand, nothing of zero  # fmt: skip
+    assert tasks.take_pending() == {} and master.calls == []
+    assert [dict(r) for r in tasks.resources_on("S0@10.0.0.1:5051@pi")] == [
+        {"cpus": 2.0, "mem": 1024.0, "gpus": 0.0}, {"cpus": 1.25, "mem": 1024.0, "gpus": 0.0}
+    ]  # fmt: skip
+    assert list(tasks.resources_on("S0@10.0.0.1:5051@wc")) == []
+
+
+def test_a_spark_tarball_is_fetched_and_the_executor_starts_in_its_directory() -> None:
+    options = MesosOptions(master="m:5050", spark_uri="http://repo/spark-3.5.1-bin.tgz")
+    info = task_info(spec("1"), "pi.1", "S1", "h1", options)
+    assert info["command"]["uris"] == [{"value": "http://repo/spark-3.5.1-bin.tgz",
+                                        "extract": True}]  # fmt: skip
+    value = info["command"]["value"]
+    assert value.startswith("cd spark-3*; ")
+    assert shlex.split(value.split("; ", 1)[1])[0] == "./bin/spark-class"
+
+
+def test_a_kill_is_resent_at_each_subscription_until_a_terminal_update() -> None:
+    tasks, master = book()
+    tasks.launch(spec("1"), "h1")
+    tasks.kill("pi", "1")
+    tasks.kill("pi", "9")  # unknown: nothing sent, nothing remembered
+    assert master.kills() == [("pi.1", "S1")] and tasks.kills == {"pi.1"}
+    tasks.subscribed_again()
+    assert master.kills() == [("pi.1", "S1")] * 2
+    tasks.update("pi.1", "TASK_KILLED", {"source": "SOURCE_EXECUTOR"})
+    tasks.finished("pi.1")
+    tasks.subscribed_again()
+    assert master.kills() == [("pi.1", "S1")] * 2 and tasks.tasks == {}
+
+
+def test_abandoned_executors_are_killed_by_id_now_and_at_each_subscription() -> None:
+    tasks, master = book()
+    tasks.kill_abandoned([spec("3", tenant="gone")])
+    assert master.kills() == [("gone.3", None)]
+    tasks.subscribed_again()
+    assert master.kills() == [("gone.3", None)] * 2
+
+
+def test_reconciliation_backs_off_doubling_to_its_cap_and_names_each_tasks_agent() -> None:
+    tasks, _ = book()
+    tasks.launch(spec("1", agent="S1"), "h1")
+    tasks.adopt(spec("2", agent="S2"), "pi.2-old")  # an adopted task keeps its recorded id
+    assert tasks.tasks["pi.2-old"].state == "TASK_RUNNING"
+    tasks.orphans["pi.0"] = "S9"
+    assert not tasks.reconcile_due(0.0)  # nothing unconfirmed before a subscription
+    tasks.subscribed_again()
+    now, sent = 0.0, []
+    while now <= 300.0:
+        if tasks.reconcile_due(now):
+            bodies = tasks.reconcile_bodies(now)
+            sent.append(now)
+        now += 1.0
+    assert sent == [0, 2, 6, 14, 30, 62, 122, 182, 242]  # gaps 2, 4, ... 32, then 60
+    assert RECONCILE_MAX_S == 60.0
+    assert bodies == [
+        {"task_id": {"value": "pi.0"}, "agent_id": {"value": "S9"}},
+        {"task_id": {"value": "pi.1"}, "agent_id": {"value": "S1"}},
+        {"task_id": {"value": "pi.2-old"}, "agent_id": {"value": "S2"}},
+    ]
+    for task_id in ("pi.0", "pi.1", "pi.2-old"):
+        tasks.update(task_id, "TASK_RUNNING", {})
+    assert not tasks.reconcile_due(1e9)
+
+
+def test_a_task_the_master_loses_becomes_an_orphan_killed_when_it_reappears() -> None:
+    tasks, master = book()
+    tasks.launch(spec("1"), "h1")
+    lost = {"source": "SOURCE_MASTER", "reason": "REASON_AGENT_REMOVED"}
+    assert tasks.update("pi.1", "TASK_LOST", lost) is not None
+    assert tasks.orphans == {"pi.1": "S1"}
+    tasks.finished("pi.1")
+    tasks.update("pi.1", "TASK_RUNNING", {"source": "SOURCE_AGENT"})  # its agent is back
+    assert master.kills() == [("pi.1", "S1")]
+    tasks.update("pi.1", "TASK_LOST", lost)  # the master's own view: not an ending
+    assert tasks.orphans == {"pi.1": "S1"}
+    tasks.update("pi.1", "TASK_KILLED", {"source": "SOURCE_EXECUTOR"})
+    assert tasks.orphans == {}
+
+
+def test_a_reconciliation_answer_or_an_agent_side_loss_is_no_orphan() -> None:
+    tasks, _ = book()
+    tasks.launch(spec("1"), "h1")
+    tasks.launch(spec("2"), "h1")
+    tasks.update("pi.1", "TASK_LOST", {"source": "SOURCE_MASTER",
+                                       "reason": "REASON_RECONCILIATION"})  # fmt: skip
+    tasks.update("pi.2", "TASK_LOST", {"source": "SOURCE_AGENT"})
+    assert tasks.orphans == {}
+
+
+def test_a_lost_agents_tasks_become_orphans_killed_when_the_agent_offers_again() -> None:
+    tasks, master = book()
+    tasks.launch(spec("1", agent="S1"), "h1")
+    tasks.launch(spec("2", agent="S2"), "h2")
+    tasks.kill("pi", "1")
+    tasks.agent_lost("S1")
+    assert list(tasks.tasks) == ["pi.2"] and tasks.kills == set()
+    assert tasks.orphans == {"pi.1": "S1"}
+    tasks.kill_orphans("S2")
+    assert master.kills() == [("pi.1", "S1")]  # only the KILL asked before the loss
+    tasks.kill_orphans("S1")
+    assert master.kills() == [("pi.1", "S1")] * 2
+
+
+def test_a_launch_that_never_ran_is_reported_failed_once() -> None:
+    tasks, _ = book()
+    tasks.launch(spec("1"), "h1")
+    assert tasks.lost("pi.1", "offer no longer held") == TaskStatus(
+        "pi", "1", ExecutorState.FAILED, "offer no longer held"
+    )
+    assert tasks.lost("pi.1", "again") is None and tasks.tasks == {}
