@@ -21,7 +21,7 @@ from allocator.engine_config import EngineConfig
 
 def crashed_state(tmp_path: Path) -> Path:
     """The files of a broker that died with two tenants and three executors: copied while
-    it runs (the write-ahead log still holds the recent changes)."""
+    it runs (the write-ahead log still holds the recent changes; the commit count beside)."""
     live = tmp_path / "live" / "broker.sqlite"
     broker = Broker(RecordingBackend(), EngineConfig("drf"), store=Store(live))
     broker.start(loop=False)
@@ -30,7 +30,7 @@ def crashed_state(tmp_path: Path) -> Path:
     broker.allocate_once()
     crash = tmp_path / "crash"
     crash.mkdir()
-    for suffix in ("", "-wal"):
+    for suffix in ("", "-wal", ".commits"):
         shutil.copy(live.with_name(live.name + suffix), crash / ("broker.sqlite" + suffix))
     broker.stop(kill_executors=False)
     assert (crash / "broker.sqlite-wal").stat().st_size > 0

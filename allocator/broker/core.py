@@ -322,7 +322,11 @@ class Broker:
             request=request,
             demand=demand,
             last_seen=now,
-            next_executor=self._id_floor.get(request.tenant_id, 1),
+            # ids continue after every one ever stored for this tenant id, across restarts
+            next_executor=max(
+                self._id_floor.get(request.tenant_id, 1),
+                self.store.next_executor(request.tenant_id),
+            ),
         )
         self.tenants[request.tenant_id] = tenant
         log.info(

@@ -17,6 +17,7 @@ WAL_MAGIC = (0x377F0682, 0x377F0683)  # little- / big-endian checksums
 WAL_HEADER = 32
 FRAME_HEADER = 24
 SQLITE_HEADER = b"SQLite format 3\x00"
+MAX_GENERATIONS = 1 << 16  # restarts of the log between an old frame and the header
 
 
 def _checksum(data: bytes, big_endian: bool, s0: int = 0, s1: int = 0) -> tuple[int, int]:
@@ -51,15 +52,26 @@ def wal_problem(wal: Path) -> str | None:
     if (len(data) - WAL_HEADER) % frame:
         return f"{wal.name}: truncated in the middle of a frame ({len(data)} bytes)"
     s0, s1 = c0, c1
+    earlier: int | None = None  # generations back of the last frame past the current ones
     for offset in range(WAL_HEADER, len(data), frame):
+        frame_no = (offset - WAL_HEADER) // frame + 1
         header = data[offset : offset + FRAME_HEADER]
         _, _, f_salt1, f_salt2, f0, f1 = struct.unpack(">6I", header)
-        if (f_salt1, f_salt2) != (salt1, salt2):
-            break  # frames of an earlier generation, left after a checkpoint: not in use
+        if (f_salt1, f_salt2) != (salt1, salt2) or earlier is not None:
+            # Past the current frames only frames of earlier generations may follow (left
+            # after a checkpoint, not in use): SQLite adds 1 to salt-1 at each restart of the
+            # log, so theirs is behind the header's, and further behind along the file.
+            behind = (salt1 - f_salt1) & 0xFFFFFFFF
+            if not 0 < behind <= MAX_GENERATIONS or behind < (earlier or 0):
+                return (
+                    f"{wal.name}: frame {frame_no} has a garbage header (its salt matches no "
+                    "generation of the log)"
+                )
+            earlier = behind
+            continue
         s0, s1 = _checksum(header[:8], big, s0, s1)
         s0, s1 = _checksum(data[offset + FRAME_HEADER : offset + frame], big, s0, s1)
         if (s0, s1) != (f0, f1):
-            frame_no = (offset - WAL_HEADER) // frame + 1
             return f"{wal.name}: frame {frame_no} fails its checksum (garbage in the log)"
     return None
 
