@@ -22,6 +22,7 @@ fair share describes the state repeated runs reach, not one run's offers).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -149,3 +150,43 @@ def fair_shares(source: Engine | Cluster, config: EngineConfig | None = None) ->
             raise ValueError("fair_shares: a Cluster needs an EngineConfig")
         return fair_share_of(source, config)
     return fair_share_of(source.cluster(), config or source.config, source.known_demand())
+
+
+class FairShareCache:
+    """The fair share recomputed only when what it depends on changed: agents' capacities,
+    the frameworks (demands, weights, targets, roles, constraints) and the configuration.
+    Running tasks, grants and releases do not change it, so an allocation run that only
+    places or frees executors pays a fingerprint of the cluster arrays, not a fill."""
+
+    def __init__(self) -> None:
+        self._key: bytes | None = None
+        self._share: FairShare | None = None
+        self.computed = 0  # fills run so far (the others were answered from the cache)
+
+    def get(self, source: Engine | Cluster, config: EngineConfig | None = None) -> FairShare:
+        if isinstance(source, Cluster):
+            cluster, known = source, None
+        else:
+            cluster, known = source.cluster(), source.known_demand()
+            config = config or source.config
+        if config is None:
+            raise ValueError("FairShareCache.get: a Cluster needs an EngineConfig")
+        key = _fingerprint(cluster, config, known)
+        if self._share is None or key != self._key:
+            self._share = fair_share_of(cluster, config, known)
+            self._key = key
+            self.computed += 1
+        return self._share
+
+
+def _fingerprint(cluster: Cluster, config: EngineConfig, known: np.ndarray | None) -> bytes:
+    digest = hashlib.blake2b(digest_size=16)
+    names = (cluster.resources, cluster.agent_names, cluster.framework_names, cluster.role_names)
+    digest.update(repr((names, config.to_json())).encode())
+    arrays = (cluster.capacity, cluster.demand, cluster.weight, cluster.eligible,
+              cluster.max_tasks, cluster.role_of, cluster.role_weight, known)  # fmt: skip
+    for array in arrays:
+        if array is not None:
+            digest.update(np.ascontiguousarray(array).tobytes())
+            digest.update(repr(array.shape).encode())
+    return digest.digest()

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -107,12 +108,23 @@ class _Projection:
         self.demand = np.nan_to_num(cluster.demand, nan=0.0)
         self.eligible = cluster.eligible
         self.tol = 1e-9 * np.maximum(cluster.capacity.max(axis=0, initial=0.0), 1.0)
-        self.fw = np.array([self.framework_index(e.framework) for e in executors], dtype=np.int64)
-        self.ag = np.array([self.agent_index(e.agent) for e in executors], dtype=np.int64)
+        self.fw = self._indices(self.frameworks, executors, "framework", "has no fair share")
+        self.ag = self._indices(self.agents, executors, "agent", "is not a known agent")
+        self.started = np.fromiter(map(attrgetter("started"), executors), float, len(executors))
         self.held = np.zeros((cluster.n_frameworks, cluster.n_agents), dtype=np.int64)
         np.add.at(self.held, (self.fw, self.ag), 1)
         self.room = cluster.capacity - self.held.T @ self.demand
         self.count = self.held.sum(axis=1)
+
+    @staticmethod
+    def _indices(
+        index: Mapping[str, int], executors: Sequence[RunningExecutor], field: str, what: str
+    ) -> np.ndarray:
+        names = map(attrgetter(field), executors)
+        try:  # map and fromiter: one C-level pass, tens of thousands of executors
+            return np.fromiter(map(index.__getitem__, names), np.int64, len(executors))
+        except KeyError as missing:
+            raise ValueError(f"reclaim: {field} {missing.args[0]!r} {what}") from None
 
     def framework_index(self, name: str) -> int:
         try:
@@ -163,20 +175,13 @@ class _Candidates:
     """The reclaimable executors (old enough, not leaving yet, not opted out), youngest
     first within each (framework, agent), consumed from the front."""
 
-    def __init__(
-        self,
-        projection: _Projection,
-        executors: Sequence[RunningExecutor],
-        reclaimable: np.ndarray,
-        now: float,
-    ) -> None:
+    def __init__(self, projection: _Projection, reclaimable: np.ndarray, now: float) -> None:
         n_f, n_a = projection.held.shape
         chosen = np.flatnonzero(reclaimable)
-        started = np.array([executors[k].started for k in chosen], dtype=float)
-        ids = np.array([executors[k].id for k in chosen], dtype=object)
+        started = projection.started[chosen]
         key = projection.fw[chosen] * n_a + projection.ag[chosen]
-        # Youngest first (latest start), then by id so that equal start times are ordered.
-        order = np.lexsort((ids.astype(str), -started, key)) if len(chosen) else chosen
+        # Youngest first (latest start); equal start times in the order given (stable).
+        order = np.lexsort((-started, key)) if len(chosen) else chosen
         self.index = chosen[order]
         self.age = now - started[order]
         self.cumulative_age = np.concatenate(([0.0], np.cumsum(self.age)))
@@ -228,17 +233,16 @@ def select_reclaims(
     unit = fair.unit
 
     leaving = {r.executor: r for r in in_flight}
-    is_leaving = np.array([e.id in leaving for e in executors], dtype=bool)
+    is_leaving = np.zeros(len(executors), dtype=bool)
+    if leaving:
+        ids = map(attrgetter("id"), executors)
+        is_leaving = np.fromiter(map(leaving.__contains__, ids), bool, len(executors))
     _project_in_flight(projection, executors, is_leaving, leaving, fair_count)
 
-    protected_role = np.isin(np.array(cluster.role_names, dtype=object), list(protected_groups))
-    protected = protected_role[cluster.role_of]
-    started = np.array([e.started for e in executors], dtype=float)
-    old_enough = now - started >= limits.min_runtime if executors else np.zeros(0, dtype=bool)
-    reclaimable = old_enough & ~is_leaving
-    if len(executors):
-        reclaimable &= ~protected[projection.fw]
-    candidates = _Candidates(projection, executors, reclaimable, now)
+    protected = np.array([r in protected_groups for r in cluster.role_names])[cluster.role_of]
+    reclaimable = (now - projection.started >= limits.min_runtime) & ~is_leaving
+    reclaimable &= ~protected[projection.fw]
+    candidates = _Candidates(projection, reclaimable, now)
 
     waiting = np.zeros(cluster.n_frameworks, dtype=bool)
     for name, since in waiting_since.items():
@@ -255,7 +259,9 @@ def select_reclaims(
         beneficiary = int(np.argmax(np.where(short > 0, short * unit, -np.inf)))
         free = np.flatnonzero(projection.fits(beneficiary))
         if free.size:  # the allocation run can serve it without a kill
-            projection.place(beneficiary, int(free[0]))
+            agent = int(free[0])
+            fit = projection.whole_fits(beneficiary, agent)
+            projection.place(beneficiary, agent, max(1, min(fit, int(short[beneficiary]))))
             continue
         made = _reclaim_for(
             beneficiary, projection, candidates, fair_count, unit, protected, budget

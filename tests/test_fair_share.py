@@ -14,7 +14,7 @@ import pytest
 
 from allocator.engine import Engine
 from allocator.engine_config import EngineConfig
-from allocator.fair_share import FairShare, fair_shares
+from allocator.fair_share import FairShare, FairShareCache, fair_shares
 from allocator.model import Cluster
 from allocator.state import Mode
 
@@ -184,3 +184,18 @@ def test_cluster_source_and_oblivious_mode() -> None:
     assert placed(share) == {"f0": [20, 0], "f1": [0, 20]}
     with pytest.raises(ValueError, match="EngineConfig"):
         fair_shares(cluster)
+
+
+def test_cache_recomputes_only_when_the_inputs_change() -> None:
+    engine = paper_engine(EngineConfig.flat("drf"))
+    cache = FairShareCache()
+    first = cache.get(engine)
+    engine.allocate(0.0)  # running tasks do not change the fair share
+    assert cache.get(engine) is first
+    assert cache.computed == 1
+    engine.set_target("f2", 3)  # a target does: the target test's allocation
+    assert placed(cache.get(engine)) == {"f1": [15, 6], "f2": [3, 0]}
+    engine.apply(engine.config.replace(scheduler="bfdrf"))  # and so does the configuration
+    engine.set_target("f2", UNLIMITED)
+    assert placed(cache.get(engine)) == BFDRF
+    assert cache.computed == 3
