@@ -126,18 +126,6 @@ class _Projection:
         except KeyError as missing:
             raise ValueError(f"reclaim: {field} {missing.args[0]!r} {what}") from None
 
-    def framework_index(self, name: str) -> int:
-        try:
-            return self.frameworks[name]
-        except KeyError:
-            raise ValueError(f"reclaim: framework {name!r} has no fair share") from None
-
-    def agent_index(self, name: str) -> int:
-        try:
-            return self.agents[name]
-        except KeyError:
-            raise ValueError(f"reclaim: unknown agent {name!r}") from None
-
     def leave(self, framework: int, agent: int, executors: int = 1) -> None:
         self.held[framework, agent] -= executors
         self.count[framework] -= executors
@@ -306,7 +294,10 @@ def _project_in_flight(
         executor = executors[k]
         decision = leaving[executor.id]
         projection.leave(int(projection.fw[k]), int(projection.ag[k]))
-        key = (projection.framework_index(decision.beneficiary), int(projection.ag[k]))
+        beneficiary = projection.frameworks.get(decision.beneficiary)
+        if beneficiary is None:  # gone since: the room is simply free
+            continue
+        key = (beneficiary, int(projection.ag[k]))
         placements.setdefault(key, set()).add(decision.placement)
     for (beneficiary, agent), made in sorted(placements.items()):
         room_for = projection.whole_fits(beneficiary, agent)

@@ -240,6 +240,9 @@ def test_room_made_for_one_beneficiary_is_not_anothers() -> None:
     leaving = [Reclaim("x1", "A", "a1", "B", 0, 3, 1, 0, 1)]
     got = select_reclaims(share, executors, {"B": 0.0, "D": 0.0}, 100.0, EAGER, in_flight=leaving)
     assert [(d.executor, d.beneficiary) for d in got] == [("y1", "D")]
+    # Had x1's beneficiary left since, x1's room would be free for D: nothing to kill.
+    gone = [Reclaim("x1", "A", "a1", "gone", 0, 3, 1, 0, 1)]
+    assert select_reclaims(share, executors, {"D": 0.0}, 100.0, EAGER, in_flight=gone) == []
 
 
 def test_unknown_framework_is_an_error() -> None:
