@@ -82,15 +82,16 @@ class RunningExecutor:
 class Reclaim:
     """Ask `executor` of `victim` on `agent` to leave so that `beneficiary` fits there.
 
-    Decisions with the same `placement` together make room for one executor of the
-    beneficiary. The counts are the projected executors before this decision (what the
-    reclaim log line reports next to the fair shares)."""
+    Decisions with the same `placement` (the id of the placement's first executor, unique
+    across runs) together make room for one executor of the beneficiary. The counts are the
+    projected executors before this decision (what the reclaim log line reports next to the
+    fair shares)."""
 
     executor: str
     victim: str
     agent: str
     beneficiary: str
-    placement: int
+    placement: str
     victim_executors: int
     victim_fair_share: int
     beneficiary_executors: int
@@ -239,7 +240,6 @@ def select_reclaims(
             waiting[n] = True
 
     decisions: list[Reclaim] = []
-    placement = 0
     while budget > 0:
         short = np.where(waiting, fair_count - projection.count, 0)
         if not (short > 0).any():
@@ -258,6 +258,7 @@ def select_reclaims(
             waiting[beneficiary] = False  # nothing can make room for it in this run
             continue
         victim, agent, chosen = made
+        placement = executors[chosen[0]].id
         for k in chosen:
             decisions.append(
                 Reclaim(
@@ -274,7 +275,6 @@ def select_reclaims(
             )
             projection.leave(victim, agent)
         projection.place(beneficiary, agent)
-        placement += 1
         budget -= len(chosen)
     return decisions
 
@@ -289,7 +289,7 @@ def _project_in_flight(
     """Remove the executors already leaving and place their beneficiaries where their room
     was made: on each agent, one executor per earlier placement that the room holds, up to
     the beneficiary's fair share."""
-    placements: dict[tuple[int, int], set[int]] = {}
+    placements: dict[tuple[int, int], set[str]] = {}
     for k in np.flatnonzero(is_leaving):
         executor = executors[k]
         decision = leaving[executor.id]

@@ -79,7 +79,7 @@ def test_issue_case_takes_the_nine_youngest_for_b() -> None:
     decisions = select_reclaims(share, executors, {"B": 5.0}, 20.0, EAGER)
     assert ids(decisions) == [f"e{k}" for k in range(17, 8, -1)]
     assert {(d.victim, d.beneficiary) for d in decisions} == {("A", "B")}
-    assert [d.placement for d in decisions] == list(range(9))
+    assert [d.placement for d in decisions] == ids(decisions)  # one kill per placement
     first = decisions[0]
     assert (first.victim_executors, first.victim_fair_share) == (18, 9)
     assert (first.beneficiary_executors, first.beneficiary_fair_share) == (0, 9)
@@ -190,7 +190,7 @@ def test_placement_needing_two_kills_is_whole_or_nothing() -> None:
     share = fair_share([[4, 4]], {"A": [1, 1], "B": [2, 1]}, {"A": 2, "B": 1})
     executors = [RunningExecutor(f"e{k}", "A", "a1", float(k)) for k in range(4)]
     got = select_reclaims(share, executors, {"B": 0.0}, 100.0, EAGER)
-    assert [(d.executor, d.placement) for d in got] == [("e3", 0), ("e2", 0)]
+    assert [(d.executor, d.placement) for d in got] == [("e3", "e3"), ("e2", "e3")]
     one = ReclaimLimits(reclaim_after=5, min_runtime=0, per_run=1)
     assert select_reclaims(share, executors, {"B": 0.0}, 100.0, one) == []
 
@@ -226,6 +226,18 @@ def test_in_flight_reclaims_count_until_gone() -> None:
     assert ids(again) == [f"e{k}" for k in range(13, 8, -1)]
 
 
+def test_in_flight_from_several_runs_each_count() -> None:
+    # One reclaim per run: e17, then e16; with both still leaving, B is projected at 2 of
+    # 9, so seven more (e15..e9), not eight.
+    share, executors = issue_cluster()
+    one = ReclaimLimits(reclaim_after=5, min_runtime=0, per_run=1)
+    first = select_reclaims(share, executors, {"B": 0.0}, 20.0, one)
+    second = select_reclaims(share, executors, {"B": 0.0}, 21.0, one, in_flight=first)
+    assert ids(first + second) == ["e17", "e16"]
+    rest = select_reclaims(share, executors, {"B": 0.0}, 22.0, EAGER, in_flight=first + second)
+    assert ids(rest) == [f"e{k}" for k in range(15, 8, -1)]
+
+
 def test_room_made_for_one_beneficiary_is_not_anothers() -> None:
     # a1 (2 cpus) holds A's x1 (leaving for B) and x2; a2 (1 cpu) holds A's y1. D also
     # waits. x1's room is B's; D gets room from y1 on a2 (or x2), never from x1 again.
@@ -237,11 +249,11 @@ def test_room_made_for_one_beneficiary_is_not_anothers() -> None:
         RunningExecutor("x2", "A", "a1", 1.0),
         RunningExecutor("y1", "A", "a2", 2.0),
     ]
-    leaving = [Reclaim("x1", "A", "a1", "B", 0, 3, 1, 0, 1)]
+    leaving = [Reclaim("x1", "A", "a1", "B", "x1", 3, 1, 0, 1)]
     got = select_reclaims(share, executors, {"B": 0.0, "D": 0.0}, 100.0, EAGER, in_flight=leaving)
     assert [(d.executor, d.beneficiary) for d in got] == [("y1", "D")]
     # Had x1's beneficiary left since, x1's room would be free for D: nothing to kill.
-    gone = [Reclaim("x1", "A", "a1", "gone", 0, 3, 1, 0, 1)]
+    gone = [Reclaim("x1", "A", "a1", "gone", "x1", 3, 1, 0, 1)]
     assert select_reclaims(share, executors, {"D": 0.0}, 100.0, EAGER, in_flight=gone) == []
 
 
@@ -279,8 +291,8 @@ def reclaim_cases(draw: st.DrawFn) -> dict:
                        unit={f: draw(st.floats(0.01, 1.0)) for f in names})  # fmt: skip
     leaving = [e for e in executors if draw(st.integers(0, 6)) == 0]
     in_flight = [
-        Reclaim(e.id, e.framework, e.agent, draw(st.sampled_from(names)), k, 0, 0, 0, 0)
-        for k, e in enumerate(leaving)
+        Reclaim(e.id, e.framework, e.agent, draw(st.sampled_from(names)), e.id, 0, 0, 0, 0)
+        for e in leaving
     ]
     limits = ReclaimLimits(
         reclaim_after=draw(st.sampled_from([10.0, 30.0])),
