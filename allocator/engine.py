@@ -434,14 +434,6 @@ class Engine:
     def snapshot(self, now: float) -> AllocationState:
         """The registered cluster (slot arrays) as a Cluster, with running tasks loaded."""
         n_f, n_a = self._framework_slots.size, self._agent_slots.size
-        if self._names is None:  # slot names change only when membership does
-            agents = {i: a for a, i in self._agent_slots.index.items()}
-            frameworks = {n: f for f, n in self._framework_slots.index.items()}
-            self._names = (
-                tuple(agents.get(i, f"<free {i}>") for i in range(n_a)),
-                tuple(frameworks.get(n, f"<free {n}>") for n in range(n_f)),
-            )
-        agent_names, framework_names = self._names
         eligible = self._eligible[:n_f, :n_a].copy()
         for (f, a), until in self.filters.items():
             if until <= now:
@@ -454,10 +446,29 @@ class Engine:
                 if (free > declined + tol).any():
                     continue  # more is free than was declined: the filter does not apply
             eligible[self._framework_slots.index[f], i] = False
+        state = AllocationState(self.cluster(eligible), self.mode, known_demand=self._known[:n_f])
+        state.load(self._tasks[:n_f, :n_a], self._count[:n_f], self._used[:n_a])
+        return state
+
+    def cluster(self, eligible: np.ndarray | None = None) -> Cluster:
+        """The registered agents and frameworks in slot order (free slots: NaN demand, no
+        task limit). `eligible` defaults to the placement constraints alone, without the
+        refuse filters an allocation run applies."""
+        n_f, n_a = self._framework_slots.size, self._agent_slots.size
+        if self._names is None:  # slot names change only when membership does
+            agents = {i: a for a, i in self._agent_slots.index.items()}
+            frameworks = {n: f for f, n in self._framework_slots.index.items()}
+            self._names = (
+                tuple(agents.get(i, f"<free {i}>") for i in range(n_a)),
+                tuple(frameworks.get(n, f"<free {n}>") for n in range(n_f)),
+            )
+        agent_names, framework_names = self._names
+        if eligible is None:
+            eligible = self._eligible[:n_f, :n_a].copy()
         active = self._active[:n_f]
         demand = np.where(active[:, None], self._demand[:n_f], np.nan)
         roles = self._roles or ["*"]
-        cluster = Cluster(
+        return Cluster(
             resources=self.resources,
             agent_names=agent_names,
             framework_names=framework_names,
@@ -470,9 +481,10 @@ class Engine:
             role_names=tuple(roles),
             role_weight=np.array([self.role_weights.get(r, 1.0) for r in roles]),
         )
-        state = AllocationState(cluster, self.mode, known_demand=self._known[:n_f])
-        state.load(self._tasks[:n_f, :n_a], self._count[:n_f], self._used[:n_a])
-        return state
+
+    def known_demand(self) -> np.ndarray:
+        """(F slots, R) the demand the policy may know (NaN rows: not yet), a copy."""
+        return self._known[: self._framework_slots.size].copy()
 
     def allocate(self, now: float, max_grants: int | None = None) -> list[EngineGrant]:
         """One allocation run: progressive filling on the current snapshot.
