@@ -415,3 +415,14 @@ def test_every_required_option_is_enforced():
         args = [*path, EXAMPLE] if path[0] in ("fill", "solve") else path
         done = run_fairbroker(*args)
         one_line_error(done, "Missing option", option)
+
+
+@pytest.mark.parametrize("command", ["sim", "whatif"])
+def test_a_plot_path_that_cannot_be_created_is_one_line(command, tmp_path):
+    """/proc passes a permission check for root but takes no new file: the write is tried
+    before the run, and nothing is left behind where it can be written."""
+    done = run_fairbroker(command, BATCH, "--plot", "/proc/x.png", "--quiet")
+    one_line_error(done, "--plot /proc/x.png: cannot write (No such file or directory)")
+    missing = run_fairbroker(command, BATCH, "--plot", str(tmp_path / "no" / "x.png"))
+    one_line_error(missing, "--plot")
+    assert not (tmp_path / "no").exists()

@@ -44,7 +44,21 @@ def check_output_file(path: str | Path, option: str, suffixes: set[str] | None =
     _writable_dir(path.parent, what)
     if path.exists() and not os.access(path, os.W_OK):
         raise OutputError(f"{what}: file is not writable")
+    _probe(path, what)
     return path
+
+
+def _probe(path: Path, what: str) -> None:
+    """Open the file as the write will (a directory's permission bits do not tell: /proc is
+    writable to root, yet no file can be made there); a new file is removed again."""
+    existed = path.exists()
+    try:
+        with path.open("ab" if existed else "xb"):
+            pass
+    except OSError as error:
+        raise OutputError(f"{what}: cannot write ({error.strerror})") from None
+    if not existed:
+        path.unlink(missing_ok=True)
 
 
 def prepare_output_dir(path: str | Path, option: str) -> Path:
