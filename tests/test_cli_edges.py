@@ -426,3 +426,19 @@ def test_a_plot_path_that_cannot_be_created_is_one_line(command, tmp_path):
     missing = run_fairbroker(command, BATCH, "--plot", str(tmp_path / "no" / "x.png"))
     one_line_error(missing, "--plot")
     assert not (tmp_path / "no").exists()
+
+
+def test_every_option_says_what_it_does():
+    from allocator.cli import cli
+
+    silent = []
+
+    def walk(command, path):
+        for param in command.params:
+            if isinstance(param, click.Option) and not param.hidden and not param.help:
+                silent.append((" ".join(path), param.opts[0]))
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(cli, ["fairbroker"])
+    assert silent == []

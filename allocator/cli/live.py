@@ -112,7 +112,8 @@ def serve_options(func):
         click.option("--keep-executors", is_flag=True, hidden=True,
                      help="Same as --no-teardown-on-exit."),
         click.option("--log-level", type=_choice(["debug", "info", "warning"]),
-                     default=d("log_level"), show_default=True),
+                     default=d("log_level"), show_default=True,
+                     help="How much the broker logs (debug: every offer and launch)."),
         click.option(
             "--backend", type=_choice(["local", "mesos"]), default=d("backend"),
             show_default=True,
@@ -126,13 +127,15 @@ def serve_options(func):
             "role).",
         ),
         click.option("--principal", default=None, help="Mesos principal (HTTP basic auth)."),
-        click.option("--secret-file", type=click.Path(dir_okay=False), default=None),
+        click.option("--secret-file", type=click.Path(dir_okay=False), default=None,
+                     help="File holding the --principal's secret (with --principal)."),
         click.option(
             "--failover-timeout", type=FiniteFloat(min=0), default=d("failover_timeout"),
             show_default=True,
             help="Seconds Mesos keeps the framework's tasks while the broker is away.",
         ),
-        click.option("--framework-name", default=d("framework_name"), show_default=True),
+        click.option("--framework-name", default=d("framework_name"), show_default=True,
+                     help="The framework's name in the Mesos master's UI and state."),
         click.option(
             "--user", default=None,
             help="User the executors run as on the agents (default: the broker's user; root "
@@ -248,7 +251,8 @@ def render_allocation(allocation) -> str:
     "--broker", envvar="FAIRBROKER_BROKER", default=f"127.0.0.1:{DEFAULT_HTTP_PORT}",
     show_default=True, help=BROKER_HELP + " Env FAIRBROKER_BROKER.",
 )  # fmt: skip
-@click.option("--token", envvar=TOKEN_ENV, default=None)
+@click.option("--token", envvar=TOKEN_ENV, default=None,
+              help=f"The broker's shared token (env {TOKEN_ENV}).")
 @click.option("--json", "as_json", is_flag=True, help="The Allocation message as JSON.")
 @click.option(
     "--master", default=None,
@@ -276,7 +280,8 @@ def status(broker: str, token: str | None, as_json: bool, master: str | None) ->
     "--broker", envvar="FAIRBROKER_BROKER", default=f"127.0.0.1:{DEFAULT_HTTP_PORT}",
     show_default=True, help=BROKER_HELP + " Env FAIRBROKER_BROKER.",
 )  # fmt: skip
-@click.option("--token", envvar=TOKEN_ENV, default=None)
+@click.option("--token", envvar=TOKEN_ENV, default=None,
+              help=f"The broker's shared token (env {TOKEN_ENV}).")
 @engine_flags(("scheduler", "mode", "selection", "level", "trigger", "ties", "role_weights"))
 def configure(broker: str, token: str | None, role_weights: tuple[str, ...], **changes) -> None:
     """Change a running broker's scheduler, mode, selection, level, trigger, ties or group
@@ -313,8 +318,10 @@ def render_engine(info) -> str:
     help="HTTP address of a running broker to use instead of starting one on the scenario's "
     "agents (its scheduler is then the broker's own).",
 )
-@click.option("--token", envvar=TOKEN_ENV, default=None)
-@click.option("--job-timeout", type=FiniteFloat(min=1), default=600.0, show_default=True)
+@click.option("--token", envvar=TOKEN_ENV, default=None,
+              help=f"The broker's shared token (env {TOKEN_ENV}).")
+@click.option("--job-timeout", type=FiniteFloat(min=1), default=600.0, show_default=True,
+              help="Seconds a job may run before it is stopped and counted as failed.")
 @click.option(
     "--metrics-port", type=click.IntRange(0, 65535), default=None,
     help="Serve the started broker's Prometheus /metrics on this port (0: any free port; "
