@@ -16,7 +16,13 @@ import pytest
 import yaml
 from support.commands import run_fairbroker
 
-from allocator.cli.serve_config import MASK, ConfigError, ServeConfig, load_serve_config
+from allocator.cli.serve_config import (
+    MASK,
+    ConfigError,
+    ServeConfig,
+    load_serve_config,
+    unknown_env,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "deploy" / "fairbroker.yaml"
@@ -95,7 +101,7 @@ def test_flag_defaults_shown_in_help_are_the_schemas() -> None:
 @pytest.mark.parametrize(
     ("file_text", "env", "flags", "expected"),
     [
-        ("bogus: 1\n", {}, [], r"^bogus \(from file .*\): unknown key$"),
+        ("bogus: 1\n", {}, [], r"^bogus \(from file .*\): unknown key \(did you mean gpus\?\)$"),
         ("port: [1]\n", {}, [], r"^port \(from file .*\): Input should be a valid integer"),
         ("lease: 0.5\n", {}, [], r"^lease \(from file .*\): .*greater than or equal to 1"),
         ("", {"FAIRBROKER_METRICS": "maybe"}, [], r"^metrics \(from FAIRBROKER_METRICS\): "),
@@ -215,3 +221,40 @@ def test_serve_runs_from_a_file_and_the_environment_and_stops_on_sigterm(tmp_pat
     # One start line and one stop line of the broker's own, not uvicorn's once per server.
     assert "Started server process" not in text and "Finished server process" not in text
     assert text.count("serving on http://") == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "file", "message"),
+    [({"token": ""}, None, "token (from --token): must not be empty"),
+     ({}, "token: '  '\n", "token (from file"),
+     ({}, "schedulr: drf\n", "schedulr (from file"),
+     ({}, "schedulr: drf\n", "unknown key (did you mean scheduler?)")],
+)  # fmt: skip
+def test_an_empty_token_or_a_misspelt_key_is_refused(tmp_path, flags, file, message) -> None:
+    path = None
+    if file is not None:
+        path = tmp_path / "serve.yaml"
+        path.write_text(file)
+    with pytest.raises(ConfigError) as error:
+        load_serve_config(flags, path, {})
+    assert message in str(error.value)
+
+
+def test_unknown_fairbroker_variables_are_named_with_the_one_meant() -> None:
+    environ = {"FAIRBROKER_SCHEDULR": "drf", "FAIRBROKER_BROKER": "h:7080",
+               "FAIRBROKER_TOKEN": "x", "FAIRBROKER_ZZZ": "1", "OTHER": "1"}  # fmt: skip
+    assert unknown_env(environ) == [
+        "FAIRBROKER_SCHEDULR is not a setting (did you mean FAIRBROKER_SCHEDULER?); ignored",
+        "FAIRBROKER_ZZZ is not a setting; ignored",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", "from allocator.cli import main; main()", "serve",
+         "--print-config"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "FAIRBROKER_INTERVALL": "5"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[0] == (
+        "fairbroker: warning: FAIRBROKER_INTERVALL is not a setting (did you mean "
+        "FAIRBROKER_INTERVAL?); ignored"
+    )

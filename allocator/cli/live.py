@@ -173,8 +173,10 @@ def serve(ctx: click.Context, config_file: str | None, print_config: bool, **fla
     from click.core import ParameterSource
 
     from allocator.cli.serve import run
-    from allocator.cli.serve_config import CONFIG_ENV, load_serve_config
+    from allocator.cli.serve_config import CONFIG_ENV, load_serve_config, unknown_env
 
+    for warning in unknown_env(os.environ):
+        click.echo(f"fairbroker: warning: {warning}", err=True)
     given = {
         key: value for key, value in flags.items()
         if ctx.get_parameter_source(key) == ParameterSource.COMMANDLINE

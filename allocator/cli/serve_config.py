@@ -13,6 +13,7 @@ defaults and ranges (`_EngineKeys` is built from them), checked by building the
 
 from __future__ import annotations
 
+import difflib
 import getpass
 import os
 from collections.abc import Mapping
@@ -39,7 +40,7 @@ from allocator.engine_config import (
     setting_of,
     setting_types,
 )
-from allocator.errors import FairbrokerError
+from allocator.errors import FairbrokerError, did_you_mean
 from allocator.scenarios.files import read_yaml
 
 ENV_PREFIX = "FAIRBROKER_"
@@ -138,6 +139,14 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
                 return parse_role_weights(value)
             except FairbrokerError as error:
                 raise ValueError(str(error).removeprefix("role_weights: ")) from None
+        return value
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _token_not_empty(cls, value: Any) -> Any:
+        """An empty token would turn authentication off while --print-config shows it set."""
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("must not be empty (leave it out to serve without a token)")
         return value
 
     @model_validator(mode="after")
@@ -255,6 +264,24 @@ def _check_state_dir(path: Path) -> None:
         raise ConfigError(f"state_dir: {path} is not readable and writable by this user")
 
 
+#: FAIRBROKER_* variables that are not serve settings: the config file's path, the client
+#: commands' broker address, the progress bar's delay, an executor's own marker, fault tests.
+OTHER_ENV = ("CONFIG", "BROKER", "PROGRESS_DELAY", "EXECUTOR", "FAULT")
+
+
+def unknown_env(environ: Mapping[str, str]) -> list[str]:
+    """FAIRBROKER_* variables serve does not know, each with the setting it may mean: they
+    are ignored, and a typo would otherwise change nothing without a word."""
+    keys = list(ServeConfig.model_fields)
+    known = {ENV_PREFIX + k.upper() for k in keys} | {ENV_PREFIX + o for o in OTHER_ENV}
+    warnings = []
+    for name in sorted(n for n in environ if n.startswith(ENV_PREFIX) and n not in known):
+        close = difflib.get_close_matches(name.removeprefix(ENV_PREFIX).lower(), keys, n=1)
+        hint = f" (did you mean {ENV_PREFIX}{close[0].upper()}?)" if close else ""
+        warnings.append(f"{name} is not a setting{hint}; ignored")
+    return warnings
+
+
 def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in ServeConfig.model_fields:
@@ -319,7 +346,7 @@ def _describe(error: ValidationError, sources: Mapping[str, str]) -> str:
     loc = [str(part) for part in first["loc"]]
     message = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        message = "unknown key"
+        message = "unknown key" + did_you_mean(str(loc[0]), ServeConfig.model_fields)
     if loc:
         key = loc[0]
     else:  # a cross-field check names its key first
