@@ -407,18 +407,23 @@ class Broker:
             self._best_effort(self.store.delete_executor, status.tenant_id, status.executor_id)
             if agent in self.engine.agents:
                 self.engine.release(status.tenant_id, agent)
-            self._exited(tenant, record, status.state)
+            self._exited(tenant, record)
             self._forget_if_stopped(tenant)
             self._poke()
 
-    def _exited(self, tenant: Tenant, record: ExecutorRecord, state: ExecutorState) -> None:
-        """Crash-loop protection: executors failing soon after their launch rest the tenant
-        on that agent (`tenants.executor_exited`)."""
+    def _exited(self, tenant: Tenant, record: ExecutorRecord) -> None:
+        """Crash-loop protection: executors ending soon after their launch, whatever their
+        exit code or signal, rest the tenant on that agent unless the broker asked them to
+        stop (`tenants.executor_exited`; called once the executor is forgotten)."""
+        if self._stop.is_set():
+            return  # the broker's own teardown
         now, agent = time.monotonic(), record.spec.agent
+        others = sum(r.state is not ExecutorState.KILLING for r in tenant.executors.values())
         change = tenants.executor_exited(
             tenant.standing,
             agent,
-            state,
+            killing=record.state is ExecutorState.KILLING,
+            others=others,
             registered=record.state is not ExecutorState.LAUNCHING,
             seconds_since_launch=now - record.granted_at,
             now=now,
@@ -426,7 +431,7 @@ class Broker:
         self._apply(tenant, change)
         if change[1]:
             log.warning(
-                "tenant %s: %d executors in a row failed soon after their launch on %s; "
+                "tenant %s: %d executors in a row ended soon after their launch on %s; "
                 "resting it there for %.0f s", tenant.tenant_id, tenant.standing.failures[agent],
                 agent, tenant.standing.rests[agent] - now,
             )  # fmt: skip
