@@ -24,6 +24,11 @@ from allocator.state import Mode
 
 #: Role (group) weights are bounded like tenant weights (allocator.broker.limits).
 MAX_ROLE_WEIGHT = 1000.0
+#: An allocation run every hour at most. A run also expires leases (30 s by default), forgets
+#: executors that never reported their exit (60 s) and ends rests (60-900 s), so a longer
+#: interval only delays those; and the broker's loop waits on a timer that overflows past
+#: threading.TIMEOUT_MAX (~292 years: `--interval 1e10` killed the loop thread).
+MAX_INTERVAL_SECONDS = 3600.0
 
 
 class Trigger(StrEnum):
@@ -93,8 +98,10 @@ class EngineConfig:
             raise EngineConfigError(
                 f"refuse_seconds: must be finite and >= 0, got {self.refuse_seconds}"
             )
-        if not (math.isfinite(self.interval) and self.interval > 0):
-            raise EngineConfigError(f"interval: must be finite and > 0, got {self.interval}")
+        if not (math.isfinite(self.interval) and 0 < self.interval <= MAX_INTERVAL_SECONDS):
+            raise EngineConfigError(
+                f"interval: must be in (0, {MAX_INTERVAL_SECONDS:g}] seconds, got {self.interval:g}"
+            )
         weights = dict(self.role_weights)
         for role, weight in weights.items():
             if not isinstance(role, str) or not role:
