@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 
 #: Role (group) weights are bounded like tenant weights (allocator.broker.limits).
 MAX_ROLE_WEIGHT = 1000.0
+#: An allocation run every hour at most. A run also expires leases (30 s by default), forgets
+#: executors that never reported their exit (60 s) and ends rests (60-900 s), so a longer
+#: interval only delays those; and the broker's loop waits on a timer that overflows past
+#: threading.TIMEOUT_MAX (~292 years: `--interval 1e10` killed the loop thread).
+MAX_INTERVAL_SECONDS = 3600.0
 
 
 class Trigger(StrEnum):
@@ -236,6 +241,11 @@ class EngineConfig:
                 set_(self, item.name, _enum(kind, value, item.name))
             elif spec.minimum is not None:
                 _check_number(item.name, spec, value, integer=type(item.default) is int)
+        if not self.interval <= MAX_INTERVAL_SECONDS:
+            raise EngineConfigError(
+                f"interval: must be in (0, {MAX_INTERVAL_SECONDS:g}] seconds, "
+                f"got {self.interval:g}"
+            )
         weights = dict(self.role_weights)
         for role, weight in weights.items():
             if not isinstance(role, str) or not role:

@@ -120,15 +120,39 @@ def test_kill_waits_for_the_exit_then_lower_target_means_no_replacement(broker: 
     assert broker.engine.tasks_of("pi") == 1 and len(backend.launched) == 2
 
 
-def test_repeated_failures_before_registering_rest_the_tenant_on_that_agent(broker: Broker):
+@pytest.mark.parametrize("ended", [ExecutorState.FAILED, ExecutorState.FINISHED,
+                                   ExecutorState.KILLED])  # fmt: skip
+def test_repeated_quick_exits_rest_the_tenant_on_that_agent_whatever_the_exit(
+    broker: Broker, ended: ExecutorState
+) -> None:
+    """Exit 0 (FINISHED) and a kill nobody asked for (KILLED) crash-loop like FAILED."""
     backend = broker.backend
     broker.register(request("pi", PI, target=1, constraints={"type": "t2"}))
     for _ in range(2):
         broker.allocate_once()
-        backend.report(backend.launched[-1], ExecutorState.FAILED)
+        backend.report(backend.launched[-1], ended)
     launches = len(backend.launched)
     broker.allocate_once()
     assert len(backend.launched) == launches == 2  # no third launch on the failing agent
+    assert broker.tenants["pi"].standing.failures == {"t2": 2}
+
+
+def test_exits_the_broker_asked_for_rest_nothing(broker: Broker) -> None:
+    """A stopping driver lowers its target to 0, then its executors exit 0; an executor
+    killed at the tenant's request: neither is a crash loop, however soon it ends."""
+    backend = broker.backend
+    broker.register(request("pi", PI, target=1, constraints={"type": "t2"}))
+    for n in range(1, 5):
+        broker.set_target("pi", 1)
+        assert broker.allocate_once() == 1, f"round {n}: resting"
+        spec = backend.launched[-1]
+        if n % 2:
+            broker.set_target("pi", 0)
+            backend.report(spec, ExecutorState.FINISHED)
+        else:
+            assert broker.kill("pi", [spec.executor_id]) == [spec.executor_id]
+            backend.report(spec, ExecutorState.FAILED)  # e.g. a non-zero exit on SIGTERM
+    assert broker.tenants["pi"].standing.failures == {}
 
 
 class RefusingBackend(RecordingBackend):

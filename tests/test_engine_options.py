@@ -69,7 +69,8 @@ def test_trace_only_and_batch_only_options_are_errors(tmp_path):
 
 @pytest.mark.parametrize(
     ("changes", "field"),
-    [({"seed": -1}, "seed"), ({"interval": 0}, "interval"), ({"refuse_seconds": float("nan")},
+    [({"seed": -1}, "seed"), ({"interval": 0}, "interval"), ({"interval": 3600.5}, "interval"),
+     ({"interval": 1e10}, "interval"), ({"refuse_seconds": float("nan")},
      "refuse_seconds"), ({"role_weights": {"a": 0}}, "role_weights"), ({"level": "x"}, "level"),
      ({"scheduler": "rpsdfs"}, "scheduler")],
 )  # fmt: skip
@@ -77,6 +78,11 @@ def test_bad_configuration_names_the_field(changes, field):
     base = {"scheduler": "drf", **changes}
     with pytest.raises((EngineConfigError, Exception), match=field):
         EngineConfig(**base)
+
+
+def test_an_interval_of_up_to_an_hour_is_accepted():
+    assert EngineConfig("drf", interval=3600).interval == 3600.0
+    assert EngineConfig("drf", interval=1e-3).interval == 1e-3
 
 
 def test_named_constructors():

@@ -13,7 +13,6 @@ from allocator.broker import tenants
 from allocator.broker.proto import pb
 from allocator.broker.tenants import ExecutorRecord, Refusals, Standing, Tenant
 
-FAILED, KILLED, FINISHED = ExecutorState.FAILED, ExecutorState.KILLED, ExecutorState.FINISHED
 KILLING = ExecutorState.KILLING
 NOW = 1000.0
 
@@ -28,10 +27,15 @@ STOPPING = Standing(target=2, failures={"a1": 1}, stopping_since=NOW - 5)
 Event = Callable[[Standing], tuple[Standing, Refusals]]
 
 
-def exited(state: ExecutorState, registered: bool = False, ran: float = 1.0) -> Event:
+def exited(
+    registered: bool = False, ran: float = 1.0, *, killing: bool = False, others: int = 0
+) -> Event:
+    """An executor on a1 ended (its exit code or signal is not an input: any counts alike),
+    `ran` seconds after its launch, with `others` of the tenant's executors still live."""
     return lambda s: tenants.executor_exited(
-        s, "a1", state, registered=registered, seconds_since_launch=ran, now=NOW
-    )
+        s, "a1", killing=killing, others=others, registered=registered,
+        seconds_since_launch=ran, now=NOW,
+    )  # fmt: skip
 
 
 def set_target(total: int) -> Event:
@@ -61,21 +65,29 @@ TABLE = [
         target=5, failures={"a1": 3}, rests={"a1": NOW + 100}), {"a1": NOW + 100}),
     ("lower target", CRASH_REST, set_target(0), Standing(
         target=0, failures={"a1": 3}, rests={"a1": NOW + 100}), {"a1": NOW + 100}),
-    # an executor's exit
-    ("1st quick failure", FRESH, exited(FAILED), ONE_FAILURE, {}),
-    ("2nd quick failure", ONE_FAILURE, exited(FAILED), Standing(
+    # an executor's exit, whatever its code or signal (exit 0, SIGKILL, an unasked TASK_KILLED)
+    ("1st quick exit", FRESH, exited(), ONE_FAILURE, {}),
+    ("2nd quick exit", ONE_FAILURE, exited(), Standing(
         target=2, failures={"a1": 2}, rests={"a1": NOW + 60}), {"a1": NOW + 60}),
-    ("4th quick failure", CRASH_REST, exited(FAILED), Standing(
+    ("4th quick exit", CRASH_REST, exited(), Standing(
         target=2, failures={"a1": 4}, rests={"a1": NOW + 240, "a2": NOW - 1}), {"a1": NOW + 240}),
-    ("registered, failed at 59 s", ONE_FAILURE, exited(FAILED, True, 59.0), Standing(
+    ("registered, ended at 59 s", ONE_FAILURE, exited(True, 59.0), Standing(
         target=2, failures={"a1": 2}, rests={"a1": NOW + 60}), {"a1": NOW + 60}),
-    ("never registered, failed at 600 s", ONE_FAILURE, exited(FAILED, False, 600.0), Standing(
+    ("registered, ended at 1 s", ONE_FAILURE, exited(True, 1.0), Standing(
         target=2, failures={"a1": 2}, rests={"a1": NOW + 60}), {"a1": NOW + 60}),
-    ("ran 61 s, failed", ONE_FAILURE, exited(FAILED, True, 61.0), FRESH, {}),
-    ("exited 0", ONE_FAILURE, exited(FINISHED, True), FRESH, {}),
-    ("killed on request", ONE_FAILURE, exited(KILLED), ONE_FAILURE, {}),
-    ("exit of a stopping tenant", STOPPING, exited(FAILED), STOPPING, {}),
-    ("ran, while resting elsewhere", LAUNCH_REST, exited(FINISHED, True), LAUNCH_REST, {}),
+    ("never registered, ended at 600 s", ONE_FAILURE, exited(False, 600.0), Standing(
+        target=2, failures={"a1": 2}, rests={"a1": NOW + 60}), {"a1": NOW + 60}),
+    ("quick, one other live of target 2", ONE_FAILURE, exited(others=1), Standing(
+        target=2, failures={"a1": 2}, rests={"a1": NOW + 60}), {"a1": NOW + 60}),
+    ("ran 61 s, ended", ONE_FAILURE, exited(True, 61.0), FRESH, {}),
+    ("ran, while resting elsewhere", LAUNCH_REST, exited(True, 61.0), LAUNCH_REST, {}),
+    # an exit the broker asked for counts for nothing and clears nothing
+    ("killed on request, quick", ONE_FAILURE, exited(killing=True), ONE_FAILURE, {}),
+    ("killed on request, ran", ONE_FAILURE, exited(True, 61.0, killing=True), ONE_FAILURE, {}),
+    ("quick, beyond a lowered target", ONE_FAILURE, exited(others=2), ONE_FAILURE, {}),
+    ("quick, target 0 (a stopping driver)", Standing(failures={"a1": 1}), exited(),
+     Standing(failures={"a1": 1}), {}),
+    ("exit of a stopping tenant", STOPPING, exited(), STOPPING, {}),
     # a launch the backend refused: 60 s at once, a longer rest is kept, nothing counted
     ("launch failed", FRESH, launch_failed, Standing(
         target=2, rests={"a1": NOW + 60}), {"a1": NOW + 60}),
@@ -103,9 +115,9 @@ def test_events_leave_the_state_they_were_given_unchanged(before, event) -> None
 
 
 def test_quick_failures_in_a_row_rest_the_tenant_doubling_up_to_fifteen_minutes() -> None:
-    standing, rests = Standing(), []
+    standing, rests = Standing(target=1), []
     for _ in range(8):
-        standing, told = exited(FAILED)(standing)
+        standing, told = exited()(standing)
         rests.append(told["a1"] - NOW if told else None)
     # the 1st is forgiven; 60 s from the 2nd, doubling: 60, 120, 240, 480, then 900 at most
     assert rests == [None, 60.0, 120.0, 240.0, 480.0, 900.0, 900.0, 900.0]

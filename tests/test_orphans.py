@@ -19,7 +19,7 @@ from support.mesos import RecordingDriver, offer, tenant
 from allocator.backends.base import ExecutorState
 from allocator.backends.local import MARKER, LocalCluster
 from allocator.backends.mesos import MesosBackend, MesosOptions
-from allocator.broker import core
+from allocator.broker import core, tenants
 from allocator.broker.core import Broker
 from allocator.broker.faults import FAULT_ENV
 from allocator.broker.limits import Limits
@@ -270,7 +270,9 @@ def test_crash_loop_backs_off_exponentially_and_resets_after_a_healthy_run(monke
     broker.stop()
 
 
-def test_mesos_task_failed_soon_after_running_rests_the_tenant_on_that_agent(tmp_path):
+@pytest.mark.parametrize("ended", ["TASK_FAILED", "TASK_FINISHED", "TASK_KILLED"])
+def test_mesos_task_ending_soon_after_running_rests_the_tenant_on_that_agent(tmp_path, ended):
+    """Whatever the terminal state, unless the broker asked for it (it never killed these)."""
     driver = RecordingDriver()
     backend = MesosBackend(
         MesosOptions(master="127.0.0.1:5050", state_dir=tmp_path),
@@ -287,9 +289,39 @@ def test_mesos_task_failed_soon_after_running_rests_the_tenant_on_that_agent(tmp
             assert launched == 0  # resting on a1 after two quick failures
             break
         assert launched == 1
-        for state in ("TASK_RUNNING", "TASK_FAILED"):
+        for state in ("TASK_RUNNING", ended):
             backend.statusUpdate(driver, {"task_id": {"value": f"pi.{n}"}, "state": state})
     broker.stop(kill_executors=False)
+
+
+@pytest.mark.parametrize("script", ["exit 0", "kill -KILL $$"], ids=["exits 0", "SIGKILLs itself"])
+def test_local_executors_ending_at_once_rest_the_tenant_instead_of_relaunching(
+    tmp_path: Path, script: str
+) -> None:
+    """The embedded cluster, its real allocation loop (a run every 50 ms) and real processes:
+    an executor command that ends at once is relaunched twice per agent, then the tenant
+    rests there (60 s), so no launch follows. Before, an exit 0 was relaunched ~2 times a
+    second, without end."""
+    home = tmp_path / "spark"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "spark-class").write_text(f"#!/bin/bash\n{script}\n")
+    (home / "bin" / "spark-class").chmod(0o755)
+    agents = AGENTS[:2]
+    cluster = LocalCluster(agents, tmp_path / "agents", home)
+    broker = Broker(cluster, EngineConfig("drf", interval=0.05), lease_seconds=600)
+    broker.start()
+    try:
+        broker.register(request("pi", PI, target=1))
+        tenant = broker.tenants["pi"]
+        wait_until(lambda: set(tenant.standing.rests) == {a.name for a in agents}, 60)
+        launched = tenant.grants
+        assert launched == tenants.FAILURES_BEFORE_RESTING * len(agents)
+        rested_at = time.monotonic()
+        time.sleep(3.0)  # some 60 allocation runs
+        assert tenant.grants == launched
+        assert all(until > rested_at + 50 for until in tenant.standing.rests.values())
+    finally:
+        broker.stop()
 
 
 class _Statuses:

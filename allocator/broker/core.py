@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 30.0
 HISTORY = 10_000  # latency samples kept for reports and benchmarks
+# /healthz: the loop is stalled once it has completed no run for two intervals and this long
+# (a run may wait for the lock behind API calls, and a slow machine delays it further).
+LOOP_STALL_GRACE_SECONDS = 30.0
 
 
 class Broker:
@@ -75,6 +78,8 @@ class Broker:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._loop: threading.Thread | None = None
+        self._last_run = time.monotonic()  # the loop's last completed run
+        self._loop_error: str | None = None  # what ended the loop thread
         self.started = time.time()
         self.kills_total = 0
         self.registration_seconds: deque[float] = deque(maxlen=HISTORY)
@@ -91,6 +96,7 @@ class Broker:
         self._recover()
         if not loop:
             return
+        self._last_run = time.monotonic()
         self._loop = threading.Thread(target=self._run_loop, name="allocation", daemon=True)
         self._loop.start()
 
@@ -255,6 +261,34 @@ class Broker:
             log.info("now scheduling with %s", printable(str(self.engine.config.to_json())))
             self._poke()
 
+    def health(self) -> dict[str, object]:
+        """/healthz: the backend's report (Mesos: subscribed or why not), and unhealthy also
+        while the allocation loop is dead or stalled. Takes no lock: a run stuck holding it
+        is one of the things to report."""
+        backend_health = getattr(self.backend, "health", None)
+        report = {"ok": True} if backend_health is None else dict(backend_health())
+        problem = self._loop_problem()
+        if problem is not None:
+            report["allocation_loop"] = problem
+            if report["ok"]:
+                report.update(ok=False, reason=problem)
+        return report
+
+    def _loop_problem(self) -> str | None:
+        loop = self._loop
+        if loop is None or self._stop.is_set():
+            return None  # runs driven by hand (tests), or stopping
+        if not loop.is_alive():
+            return f"the allocation loop stopped: {self._loop_error or 'its thread exited'}"
+        interval = self.engine.interval
+        idle = time.monotonic() - self._last_run
+        if idle > 2 * interval + LOOP_STALL_GRACE_SECONDS:
+            return (
+                f"the allocation loop has completed no run for {idle:.0f} s "
+                f"(interval {interval:g} s)"
+            )
+        return None
+
     def info(self) -> pb.BrokerInfo:
         with self._lock:
             return self._info()
@@ -410,18 +444,23 @@ class Broker:
             self._best_effort(self.store.delete_executor, status.tenant_id, status.executor_id)
             if agent in self.engine.agents:
                 self.engine.release(status.tenant_id, agent)
-            self._exited(tenant, record, status.state)
+            self._exited(tenant, record)
             self._forget_if_stopped(tenant)
             self._poke()
 
-    def _exited(self, tenant: Tenant, record: ExecutorRecord, state: ExecutorState) -> None:
-        """Crash-loop protection: executors failing soon after their launch rest the tenant
-        on that agent (`tenants.executor_exited`)."""
+    def _exited(self, tenant: Tenant, record: ExecutorRecord) -> None:
+        """Crash-loop protection: executors ending soon after their launch, whatever their
+        exit code or signal, rest the tenant on that agent unless the broker asked them to
+        stop (`tenants.executor_exited`; called once the executor is forgotten)."""
+        if self._stop.is_set():
+            return  # the broker's own teardown
         now, agent = time.monotonic(), record.spec.agent
+        others = sum(r.state is not ExecutorState.KILLING for r in tenant.executors.values())
         change = tenants.executor_exited(
             tenant.standing,
             agent,
-            state,
+            killing=record.state is ExecutorState.KILLING,
+            others=others,
             registered=record.state is not ExecutorState.LAUNCHING,
             seconds_since_launch=now - record.granted_at,
             now=now,
@@ -429,7 +468,7 @@ class Broker:
         self._apply(tenant, change)
         if change[1]:
             log.warning(
-                "tenant %s: %d executors in a row failed soon after their launch on %s; "
+                "tenant %s: %d executors in a row ended soon after their launch on %s; "
                 "resting it there for %.0f s", tenant.tenant_id, tenant.standing.failures[agent],
                 agent, tenant.standing.rests[agent] - now,
             )  # fmt: skip
@@ -582,6 +621,14 @@ class Broker:
             log.error("%s", error)
 
     def _run_loop(self) -> None:
+        """The allocation loop's thread; what ends it other than stop() is kept for /healthz."""
+        try:
+            self._loop_runs()
+        except BaseException as error:
+            self._loop_error = f"{type(error).__name__}: {error}"
+            log.critical("the allocation loop stopped: %s", self._loop_error, exc_info=True)
+
+    def _loop_runs(self) -> None:
         next_tick = time.monotonic()
         while not self._stop.is_set():
             self._wake.wait(timeout=max(0.0, next_tick - time.monotonic()))
@@ -594,6 +641,8 @@ class Broker:
                 self.allocate_once()
             except Exception:  # the loop must survive anything one run does
                 log.exception("allocation run failed")
+            else:
+                self._last_run = time.monotonic()
 
 
 def _key(spec: LaunchSpec) -> tuple[str, str]:

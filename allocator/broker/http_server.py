@@ -93,9 +93,8 @@ class TenantHttpServer:
         verb, path = scope["method"], scope["path"]
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         if verb == "GET" and path == "/healthz":
-            # a backend that can be unhealthy on its own (Mesos: not subscribed) says why, 503
-            health = getattr(self.broker.backend, "health", None)
-            report = {"ok": True} if health is None else health()
+            # unhealthy (the allocation loop, or Mesos: not subscribed): 503 and why
+            report = self.broker.health()
             return (200 if report["ok"] else 503), json.dumps(report).encode()
         if verb == "GET" and path == "/v1/GetAllocation":
             return await self._call("GetAllocation", b"{}", headers)

@@ -10,12 +10,15 @@ told, agent -> until when (broker clock):
 - Target set (`set_target`: a SetTarget, or a re-register with identical parameters): the
   target is replaced; every rest still running is kept and returned, because raising a
   target lifts the engine's refuse filters (a Mesos revive) and a rest must outlast that.
-- Executor exited (`executor_exited`, a terminal TaskStatus from either backend): a FAILED
-  executor that ended before it registered with its driver, or within
-  QUICK_FAILURE_SECONDS of its launch, is a quick failure on that agent; from the
-  FAILURES_BEFORE_RESTING-th in a row the tenant rests there (60 s, doubling at each further
-  one, at most 900 s). An executor that ran longer, or ended any other way than FAILED or
-  KILLED, clears the count. A stopping tenant's exits count for nothing.
+- Executor exited (`executor_exited`, a terminal TaskStatus from either backend): an
+  executor that ended before it registered with its driver, or within QUICK_FAILURE_SECONDS
+  of its launch, is a quick failure on that agent whatever its exit code or signal (exit 0,
+  SIGKILL, a TASK_KILLED nobody asked for), unless the broker had asked it to stop: killed at
+  the tenant's request (KILLING) or beyond a lowered target (the tenant's other live
+  executors already fill it: a stopping driver sets its target to 0 first). From the
+  FAILURES_BEFORE_RESTING-th quick failure in a row the tenant rests there (60 s, doubling at
+  each further one, at most 900 s). An executor that ran longer clears the count; one the
+  broker asked to stop changes nothing. A stopping tenant's exits count for nothing.
 - Launch failed (`launch_failed`, the backend raised): the tenant rests on that agent for
   LAUNCH_FAILURE_REST_SECONDS at once (a longer rest already running is kept).
 - Agent lost (`agent_lost`): nothing changes (the agent failed, not the launch); the broker
@@ -39,7 +42,7 @@ from allocator.broker.proto import pb
 FAILURES_BEFORE_RESTING = 2  # quick failures of a tenant on an agent, in a row, before it rests
 FIRST_REST_SECONDS = 60.0  # the first rest; each further quick failure doubles it
 MAX_REST_SECONDS = 900.0
-QUICK_FAILURE_SECONDS = 60.0  # an executor failing this soon after its launch is crash-looping
+QUICK_FAILURE_SECONDS = 60.0  # an executor ending this soon after its launch is crash-looping
 LAUNCH_FAILURE_REST_SECONDS = FIRST_REST_SECONDS
 STOP_TIMEOUT_SECONDS = 60.0  # a dropped tenant whose executors never report their exit
 
@@ -64,10 +67,16 @@ def set_target(standing: Standing, total: int, now: float) -> tuple[Standing, Re
     return replace(standing, target=int(total), rests=rests), dict(rests)
 
 
-def is_quick_failure(state: ExecutorState, registered: bool, seconds_since_launch: float) -> bool:
-    """A FAILED exit before the executor registered with its driver, or soon after launch."""
-    quick = not registered or seconds_since_launch < QUICK_FAILURE_SECONDS
-    return state is ExecutorState.FAILED and quick
+def is_quick_exit(registered: bool, seconds_since_launch: float) -> bool:
+    """Ended before the executor registered with its driver, or soon after its launch."""
+    return not registered or seconds_since_launch < QUICK_FAILURE_SECONDS
+
+
+def asked_to_stop(standing: Standing, *, killing: bool, others: int) -> bool:
+    """Did the broker want this executor gone? `killing`: it was being killed (Kill, a
+    dropped tenant); `others`: the tenant's other executors in flight and not being killed,
+    which already fill its target when the target was lowered below them."""
+    return killing or others >= standing.target
 
 
 def crash_loop_rest_seconds(failures: int) -> float | None:
@@ -80,18 +89,22 @@ def crash_loop_rest_seconds(failures: int) -> float | None:
 def executor_exited(
     standing: Standing,
     agent: str,
-    state: ExecutorState,
     *,
+    killing: bool,
+    others: int,
     registered: bool,
     seconds_since_launch: float,
     now: float,
 ) -> tuple[Standing, Refusals]:
-    """One of its executors on `agent` ended (`registered`: it had reported RUNNING)."""
+    """One of its executors on `agent` ended, whatever its exit code or signal (`registered`:
+    it had reported RUNNING; `killing`, `others`: see `asked_to_stop`)."""
     if standing.stopping_since is not None:
         return standing, {}
+    if asked_to_stop(standing, killing=killing, others=others):
+        return standing, {}
     failures = dict(standing.failures)
-    if not is_quick_failure(state, registered, seconds_since_launch):
-        if state is ExecutorState.KILLED or agent not in failures:
+    if not is_quick_exit(registered, seconds_since_launch):
+        if agent not in failures:
             return standing, {}
         del failures[agent]  # it ran: the launch spec works there
         return replace(standing, failures=failures), {}
