@@ -362,7 +362,7 @@ def test_status_and_configure_want_host_and_port(command, address):
         (["batch", "benchmarks/scenarios/spark-small.yaml", "--out", "/nonexistent/never",
           "--job-timeout"], "--job-timeout"),
         (["submit", "--dry-run", "--weight"], "--weight"),
-        (["fill", EXAMPLE, "-s", "fuga", "--fuga-lambda"], "fuga_lambda"),
+        (["fill", EXAMPLE, "-s", "fuga", "--fuga-lambda"], "--fuga-lambda"),
     ],
 )  # fmt: skip
 def test_non_finite_numbers_are_refused_at_the_command_line(args, option, value):
