@@ -110,6 +110,7 @@ def table1(trials: int, seed: int, ties: str, as_json: bool) -> None:
 
 
 def _add_live_commands() -> None:
+    from allocator.cli_compare import compare
     from allocator.cli_live import COMMANDS
     from allocator.cli_sim import sim
     from allocator.cli_solve import solve
@@ -117,7 +118,7 @@ def _add_live_commands() -> None:
     from allocator.teardown import teardown
     from spark_shim.submit import submit_command
 
-    for command in (*COMMANDS, sim, submit_command, whatif, solve, teardown):
+    for command in (*COMMANDS, compare, sim, submit_command, whatif, solve, teardown):
         cli.add_command(command)
 
 
