@@ -153,6 +153,9 @@ def test_compare_writes_both_runs_and_the_prediction(tmp_path: Path):
         assert set(run["jct_by_group_s"]) == {"pi", "wordcount"}
         assert run["result"]["scheduler"] == run["scheduler"]
         assert run["result"]["mode"] == run["mode"]
+        run_dir = out / f"{run['scheduler']}-{run['mode']}"
+        written = json.loads((run_dir / "result.json").read_text())
+        assert written == run["result"]
     predicted = [(p["scheduler"], p["mode"]) for p in data["prediction"]]
     assert predicted == list(runs)
     assert all(p["makespan_s"] > 0 for p in data["prediction"])

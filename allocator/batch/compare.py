@@ -12,6 +12,7 @@ launched, before the next run starts or an error or Ctrl-C propagates.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,8 +143,8 @@ def run_compare(
     submit: SubmitFunction | None = None,
     say: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
-    """Every run of `runs` live, one after another (workdir/<scheduler>-<mode>/), then the
-    prediction; compare.json's content."""
+    """Every run of `runs` live, one after another (workdir/<scheduler>-<mode>/, with the
+    run's result.json), then the prediction; compare.json's content."""
     engine = base.with_default_role_weights(spec.role_weights())
     summaries = []
     for run in runs:
@@ -156,7 +157,9 @@ def run_compare(
             progress=progress,
             submit=submit,
         )
-        summaries.append(run_summary(run, result))
+        summary = run_summary(run, result)
+        (workdir / run.slug / "result.json").write_text(json.dumps(summary["result"], indent=2))
+        summaries.append(summary)
     say(f"fairbroker: {spec.name}: the simulator's prediction ({seeds} seeds)")
     return {
         "batch": batch_path,
