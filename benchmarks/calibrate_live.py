@@ -2,6 +2,11 @@
 drivers' logs: what the simulator's job model (allocator.scenarios.batch.JobModel) is
 calibrated from. Run: `python -m benchmarks.calibrate_live results/run`.
 
+With `--scenario FILE`, the job models the runs suggest and the simulator's makespan with
+them beside each live one: startup_s and serial_s (= tail) are each phase's mean over every
+job of the group in both runs, work stays the emulated work, and executor_start_s is fitted
+(one value for both groups) so that the predicted makespans of the runs sum to the live ones.
+
 Per job, in seconds (Spark's log stamps have 1 s resolution):
 - startup: submitted until the driver registers with the broker (`startup_s`);
 - executor start: registration until each executor registered with the driver, median over
@@ -67,9 +72,85 @@ def run_phases(result: dict) -> dict[str, dict[str, float]]:
     return means
 
 
+MODEL_PHASES = {"startup_s": "startup_s", "executor_start_s": "executor_start_s",
+                "serial_s": "tail_s"}  # fmt: skip
+
+
+def suggested_models(data: dict) -> dict[str, dict[str, float]]:
+    """Per group, each job-model phase's mean over the group's jobs in every run."""
+    pooled: dict[str, dict[str, list[float]]] = {}
+    for run in data["runs"]:
+        for job in run["result"]["job_list"]:
+            phases = job_phases(job, run["result"]["started_at"])
+            for field, phase in MODEL_PHASES.items():
+                if phases.get(phase) is not None:
+                    pooled.setdefault(job["group"], {}).setdefault(field, []).append(
+                        float(phases[phase])  # type: ignore[arg-type]
+                    )
+    return {
+        group: {field: round(statistics.mean(values), 1) for field, values in fields.items()}
+        for group, fields in pooled.items()
+    }
+
+
+def _with_models(spec, models: dict[str, dict[str, float]]):
+    groups = []
+    for group in spec.groups:
+        job = group.job.model_copy(update=models.get(group.name, {}))
+        groups.append(group.model_copy(update={"job": job}))
+    return spec.model_copy(update={"groups": groups})
+
+
+def _predicted(spec, data: dict, seeds: int) -> list[float]:
+    from allocator.batch.compare import RunConfig, predict
+    from allocator.engine_config import EngineConfig
+
+    runs = [RunConfig(r["scheduler"], r["mode"]) for r in data["runs"]]
+    engine = EngineConfig.mesos("drf").with_default_role_weights(spec.role_weights())
+    return [p["makespan_s"] for p in predict(spec, engine, runs, seeds)]
+
+
+def fit_executor_start(spec, data: dict, seeds: int, models: dict) -> float:
+    """One executor_start_s for every group such that the predicted makespans sum to the
+    live ones (bisection; the predicted makespan grows with it). On two real cores it
+    stands for everything an executor waits for before its share of the work flows: its JVM
+    and its Python worker starting among all the others, and the tasks' overheads."""
+    live = sum(r["makespan_s"] for r in data["runs"])
+    low, high = 0.0, 600.0
+    for _ in range(12):
+        middle = (low + high) / 2
+        trial = {g: {**m, "executor_start_s": middle} for g, m in models.items()}
+        if sum(_predicted(_with_models(spec, trial), data, seeds)) < live:
+            low = middle
+        else:
+            high = middle
+    return round((low + high) / 2, 1)
+
+
+def check_models(data: dict, scenario: Path, seeds: int) -> None:
+    from allocator.scenarios.batch import load_batch
+
+    spec = load_batch(scenario)
+    models = suggested_models(data)
+    fitted = fit_executor_start(spec, data, seeds, models)
+    print(f"  executor_start_s fitted to both live makespans: {fitted:g} s (from the logs: "
+          + ", ".join(f"{g} {m.get('executor_start_s', '-')}" for g, m in models.items())
+          + " s to register)")  # fmt: skip
+    models = {g: {**m, "executor_start_s": fitted} for g, m in models.items()}
+    spec = _with_models(spec, models)
+    for group in spec.groups:
+        print(f"  {group.name}: job: {group.job.model_dump(exclude={'jitter'})}")
+    for run, predicted in zip(data["runs"], _predicted(spec, data, seeds), strict=True):
+        error = predicted / run["makespan_s"] - 1
+        print(f"  {run['scheduler']}/{run['mode']}: live {run['makespan_s']:.1f} s, "
+              f"simulator {predicted:.1f} s ({error * 100:+.1f} %)")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="the --out directory of fairbroker compare")
+    parser.add_argument("--scenario", type=Path, help="suggest its job models and check them")
+    parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
     data = json.loads((args.run_dir / "compare.json").read_text())
     predicted = {(p["scheduler"], p["mode"]): p for p in data["prediction"]}
@@ -81,6 +162,9 @@ def main() -> None:
               f"{run['executors_peak']}, time-avg {run['executors_mean']}")  # fmt: skip
         for group, phases in run_phases(run["result"]).items():
             print(f"  {group:<10} " + ", ".join(f"{k} {v:g}" for k, v in phases.items()))
+    if args.scenario is not None:
+        print("suggested job models (means over both runs):")
+        check_models(data, args.scenario, args.seeds)
 
 
 if __name__ == "__main__":
