@@ -148,6 +148,8 @@ def test_compare_writes_both_runs_and_the_prediction(tmp_path: Path):
     for run in runs.values():
         assert run["jobs"] == 2 and run["jobs_failed"] == 0, run
         assert run["makespan_s"] > 0
+        # the cluster opened once both drivers had registered, before the jobs ended
+        assert 0 < run["cluster_opened_s"] < run["makespan_s"]
         assert run["executors_peak"] == PLACED
         assert 0 < run["executors_mean"] <= run["executors_peak"]
         assert set(run["jct_by_group_s"]) == {"pi", "wordcount"}

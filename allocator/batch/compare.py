@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from google.protobuf import json_format
 
+from allocator.batch.gate import StartGate
 from allocator.batch.result import LiveBatchResult
 from allocator.batch.runner import SubmitFunction, run_live_batch
 from allocator.engine_config import EngineConfig
@@ -47,6 +48,7 @@ MESOS_DEFAULT = RunConfig("drf", "oblivious")
 CANDIDATE = RunConfig("rpsdsf", "characterized")
 RUNS = (MESOS_DEFAULT, CANDIDATE)
 PREDICTION_SEEDS = 3
+GATE_TIMEOUT_S = 180.0
 
 
 def run_live(
@@ -57,22 +59,28 @@ def run_live(
     job_timeout: float,
     progress: bool,
     submit: SubmitFunction | None = None,
-) -> LiveBatchResult:
-    """The batch through a broker of its own on the scenario's agents, under `engine`."""
+    gate_timeout: float = GATE_TIMEOUT_S,
+) -> tuple[LiveBatchResult, float | None]:
+    """The batch through a broker of its own on the scenario's agents, under `engine`, with
+    the cluster held back until the first wave's drivers have registered (allocator.batch.
+    gate); the result and when the cluster opened (seconds after the start)."""
     from allocator.broker.server import BrokerOptions, BrokerService
     from allocator.scenarios.cluster_file import agent_infos
 
+    agents = agent_infos(spec.agents)
     options = BrokerOptions(
-        engine=engine, http_port=0, grpc_port=0, state_dir=workdir / "broker",
-        agents=agent_infos(spec.agents),
+        engine=engine, http_port=0, grpc_port=0, state_dir=workdir / "broker", agents=agents
     )  # fmt: skip
     service = BrokerService(options).start()
+    # The first wave: each submission queue's first job.
+    gate = StartGate(service.broker, agents, sum(g.queues for g in spec.groups), gate_timeout)
     try:
 
         def snapshot() -> dict[str, Any]:
             return json_format.MessageToDict(service.broker.allocation())
 
-        return run_live_batch(
+        gate.close()
+        result = run_live_batch(
             spec,
             broker=service.http_address,
             snapshot=snapshot,
@@ -82,11 +90,15 @@ def run_live(
             job_timeout=job_timeout,
             submit=submit,
         )
+        return result, gate.opened_after
     finally:
+        gate.stop()
         service.stop(kill_executors=True)
 
 
-def run_summary(run: RunConfig, result: LiveBatchResult) -> dict[str, Any]:
+def run_summary(
+    run: RunConfig, result: LiveBatchResult, opened_after: float | None = None
+) -> dict[str, Any]:
     """One entry of compare.json's `runs`: the headline numbers, then the full result."""
     full = result.to_json()
     series = result.series
@@ -94,6 +106,7 @@ def run_summary(run: RunConfig, result: LiveBatchResult) -> dict[str, Any]:
         "scheduler": run.scheduler,
         "mode": run.mode,
         "makespan_s": full["makespan_s"],
+        "cluster_opened_s": None if opened_after is None else round(opened_after, 2),
         "executors_peak": series.executors_peak if series is not None else None,
         "executors_mean": round(series.executors_average(), 2) if series is not None else None,
         "jobs": full["jobs"],
@@ -149,7 +162,7 @@ def run_compare(
     summaries = []
     for run in runs:
         say(f"fairbroker: {spec.name}: live run under {run.label} ({len(spec.agents)} agents)")
-        result = run_live(
+        result, opened_after = run_live(
             spec,
             engine.replace(scheduler=run.scheduler, mode=run.mode),
             workdir / run.slug,
@@ -157,7 +170,7 @@ def run_compare(
             progress=progress,
             submit=submit,
         )
-        summary = run_summary(run, result)
+        summary = run_summary(run, result, opened_after)
         (workdir / run.slug / "result.json").write_text(json.dumps(summary["result"], indent=2))
         summaries.append(summary)
     say(f"fairbroker: {spec.name}: the simulator's prediction ({seeds} seeds)")
