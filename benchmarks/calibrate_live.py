@@ -3,9 +3,11 @@ drivers' logs: what the simulator's job model (allocator.scenarios.batch.JobMode
 calibrated from. Run: `python -m benchmarks.calibrate_live results/run`.
 
 With `--scenario FILE`, the job models the runs suggest and the simulator's makespan with
-them beside each live one: startup_s and serial_s (= tail) are each phase's mean over every
-job of the group in both runs, work stays the emulated work, and executor_start_s is fitted
-(one value for both groups) so that the predicted makespans of the runs sum to the live ones.
+them beside each live one: startup_s is when the start barrier opened the cluster (mean of
+the runs; without a barrier, the drivers' mean registration time), serial_s the tail's mean
+over every job of the group in both runs, work stays the emulated work, and executor_start_s
+is fitted (one value for both groups) so that the predicted makespans of the runs sum to the
+live ones.
 
 Per job, in seconds (Spark's log stamps have 1 s resolution):
 - startup: submitted until the driver registers with the broker (`startup_s`);
@@ -87,10 +89,16 @@ def suggested_models(data: dict) -> dict[str, dict[str, float]]:
                     pooled.setdefault(job["group"], {}).setdefault(field, []).append(
                         float(phases[phase])  # type: ignore[arg-type]
                     )
-    return {
+    models = {
         group: {field: round(statistics.mean(values), 1) for field, values in fields.items()}
         for group, fields in pooled.items()
     }
+    # Behind the start barrier a job's executors can come only once the cluster opened.
+    opened = [r["cluster_opened_s"] for r in data["runs"] if r.get("cluster_opened_s")]
+    if opened:
+        for model in models.values():
+            model["startup_s"] = round(statistics.mean(opened), 1)
+    return models
 
 
 def _with_models(spec, models: dict[str, dict[str, float]]):
