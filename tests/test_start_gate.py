@@ -1,55 +1,72 @@
-"""The start barrier of a live compare run (allocator.batch.gate): agents offered with no
-resources until the first wave's drivers have registered, then with all of them."""
+"""The start barrier of a live compare run (allocator.batch.gate) and the broker's hold on
+grants under it: nothing is granted until the first wave's drivers have registered."""
 
 from __future__ import annotations
 
+from support.broker import PI, WORDCOUNT, RecordingBackend, request
 from support.polling import wait_for
 
-from allocator.backends.base import AgentInfo
 from allocator.batch.gate import StartGate
-
-AGENTS = [
-    AgentInfo("t1-a", "127.0.1.1", {"cpus": 4, "mem": 7168}, {"type": "t1"}),
-    AgentInfo("t2-a", "127.0.1.2", {"cpus": 8, "mem": 4096}, {"type": "t2"}),
-]
+from allocator.broker.core import Broker
+from allocator.engine_config import EngineConfig
 
 
 class RecordingBroker:
-    """What the gate uses of allocator.broker.core.Broker: agent_added and tenants."""
-
     def __init__(self) -> None:
         self.tenants: dict[str, object] = {}
-        self.offered: dict[str, dict[str, float]] = {a.name: dict(a.resources) for a in AGENTS}
-        self.attributes: dict[str, dict[str, str]] = {}
+        self.held: list[bool] = []
 
-    def agent_added(self, agent: AgentInfo) -> None:
-        self.offered[agent.name] = dict(agent.resources)
-        self.attributes[agent.name] = dict(agent.attributes)
+    def hold_grants(self, held: bool) -> None:
+        self.held.append(held)
 
 
 def test_gate_opens_when_the_first_wave_has_registered():
     broker = RecordingBroker()
-    gate = StartGate(broker, AGENTS, expected=2, timeout=600)
+    gate = StartGate(broker, expected=2, timeout=600)
     gate.close()
     try:
-        assert broker.offered == {"t1-a": {}, "t2-a": {}}
-        assert broker.attributes["t2-a"] == {"type": "t2"}  # kept while closed
+        assert broker.held == [True]
         broker.tenants["app-1"] = object()
-        assert gate.opened_after is None and broker.offered["t1-a"] == {}
+        assert gate.opened_after is None and broker.held == [True]
         broker.tenants["app-2"] = object()
         wait_for(lambda: gate.opened_after is not None, 10, "the gate to open")
-        assert broker.offered == {a.name: a.resources for a in AGENTS}
+        assert broker.held == [True, False]
     finally:
         gate.stop()
 
 
 def test_gate_opens_at_its_timeout_without_every_driver():
     broker = RecordingBroker()
-    gate = StartGate(broker, AGENTS, expected=3, timeout=0.3)
+    gate = StartGate(broker, expected=3, timeout=0.3)
     gate.close()
     try:
         wait_for(lambda: gate.opened_after is not None, 10, "the gate to open")
         assert gate.opened_after >= 0.3
-        assert broker.offered["t2-a"] == {"cpus": 8, "mem": 4096}
+        assert broker.held == [True, False]
     finally:
         gate.stop()
+
+
+def test_stopped_gate_stays_closed():
+    broker = RecordingBroker()
+    gate = StartGate(broker, expected=1, timeout=600)
+    gate.close()
+    gate.stop()
+    broker.tenants["late"] = object()
+    assert broker.held == [True] and gate.opened_after is None
+
+
+def test_held_broker_registers_tenants_but_grants_nothing_until_released():
+    broker = Broker(RecordingBackend(), EngineConfig("rpsdsf", mode="characterized"))
+    broker.start(loop=False)
+    try:
+        broker.hold_grants(True)
+        broker.register(request("pi", PI, target=4))
+        broker.register(request("wc", WORDCOUNT, target=4))
+        assert set(broker.tenants) == {"pi", "wc"}
+        assert broker.allocate_once() == 0 and broker.backend.launched == []
+        broker.hold_grants(False)
+        assert broker.allocate_once() == 8  # both targets fit paper 002's six agents
+        assert {s.tenant_id for s in broker.backend.launched} == {"pi", "wc"}
+    finally:
+        broker.stop()

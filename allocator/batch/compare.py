@@ -73,7 +73,7 @@ def run_live(
     )  # fmt: skip
     service = BrokerService(options).start()
     # The first wave: each submission queue's first job.
-    gate = StartGate(service.broker, agents, sum(g.queues for g in spec.groups), gate_timeout)
+    gate = StartGate(service.broker, sum(g.queues for g in spec.groups), gate_timeout)
     try:
 
         def snapshot() -> dict[str, Any]:

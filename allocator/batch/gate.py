@@ -1,5 +1,5 @@
-"""A start barrier for a live batch: the broker offers nothing until every driver of the
-batch's first wave has registered, then the whole cluster at once.
+"""A start barrier for a live batch: the broker grants nothing until every driver of the
+batch's first wave has registered, then decides among all of them at once.
 
 Without it the first driver to register (drivers start seconds apart on a loaded machine)
 finds the cluster empty and takes all it asks for alone, under any scheduler, so a
@@ -13,18 +13,23 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from typing import Protocol
 
-from allocator.backends.base import AgentInfo
+
+class HoldingBroker(Protocol):
+    """What the gate uses of allocator.broker.core.Broker."""
+
+    tenants: dict
+
+    def hold_grants(self, held: bool) -> None: ...
 
 
 class StartGate:
     """Close with `close()` before the drivers start; a thread opens the gate when
     `expected` tenants have registered or after `timeout` seconds, whichever comes first."""
 
-    def __init__(self, broker, agents: Sequence[AgentInfo], expected: int, timeout: float):
+    def __init__(self, broker: HoldingBroker, expected: int, timeout: float) -> None:
         self.broker = broker
-        self.agents = list(agents)
         self.expected = expected
         self.timeout = timeout
         self.opened_after: float | None = None  # seconds from close() to open
@@ -32,8 +37,7 @@ class StartGate:
         self._thread: threading.Thread | None = None
 
     def close(self) -> None:
-        for agent in self.agents:
-            self.broker.agent_added(AgentInfo(agent.name, agent.hostname, {}, agent.attributes))
+        self.broker.hold_grants(True)
         closed_at = time.monotonic()
         self._thread = threading.Thread(
             target=self._watch, args=(closed_at,), name="fairbroker-start-gate", daemon=True
@@ -44,13 +48,9 @@ class StartGate:
         deadline = closed_at + self.timeout
         while not self._stop.wait(0.1):
             if len(self.broker.tenants) >= self.expected or time.monotonic() >= deadline:
-                self.open()
+                self.broker.hold_grants(False)
                 self.opened_after = time.monotonic() - closed_at
                 return
-
-    def open(self) -> None:
-        for agent in self.agents:
-            self.broker.agent_added(agent)
 
     def stop(self) -> None:
         """Stop watching (a batch that ends or is interrupted before the gate opened leaves

@@ -30,8 +30,7 @@ class SnapshotView:
         return np.array([amounts.get(r, 0.0) for r in self.resources])
 
     def update(self, sample: AllocationSample) -> None:
-        # an all-zero total: agents held back (allocator.batch.gate), not a smaller cluster
-        if any(v > 0 for v in sample.capacity.values()):
+        if sample.capacity:
             self._capacity = self._vector(sample.capacity)
         self._held = {
             group: self._vector(amounts)
