@@ -20,10 +20,11 @@ $(STAMP): pyproject.toml scripts/install_pymesos.py allocator/broker/tenant.prot
 	$(PY) -m spark_shim.jvm.build
 	touch $(STAMP)
 
-# The main job: the default Spark batch through the broker on the embedded cluster.
+# The main job: a cluster-filling Spark batch live on the embedded cluster, twice (Mesos's
+# default DRF oblivious, then rPS-DSF characterized), side by side with the simulator's
+# prediction; writes $(RUN_DIR)/compare.json. Work is emulated: docs/emulation.md.
 run: install
-	$(VENV)/bin/fairbroker batch benchmarks/scenarios/spark-small.yaml \
-		--scheduler rpsdsf --mode characterized --out $(RUN_DIR)
+	$(VENV)/bin/fairbroker compare benchmarks/scenarios/spark-fill.yaml --out $(RUN_DIR)
 
 # Debian's Prometheus server and promtool, for tests/test_prometheus.py.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)

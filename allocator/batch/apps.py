@@ -84,7 +84,13 @@ def prepare_apps(spec: BatchSpec, workdir: Path) -> dict[str, GroupApp]:
                 name,
                 conf,
                 script=script("pi"),
-                args=(str(app.partitions), str(app.samples), "--seed", str(app.seed)),
+                args=(
+                    str(app.partitions),
+                    str(app.samples),
+                    "--seed",
+                    str(app.seed),
+                    *_task_seconds(app.task_s),
+                ),
                 expected={"samples": app.partitions * app.samples},
             )
         elif isinstance(app, WordCountApp):
@@ -97,7 +103,13 @@ def prepare_apps(spec: BatchSpec, workdir: Path) -> dict[str, GroupApp]:
                 name,
                 conf,
                 script=script("wordcount"),
-                args=(str(path), OUTPUT, "--partitions", str(partitions)),
+                args=(
+                    str(path),
+                    OUTPUT,
+                    "--partitions",
+                    str(partitions),
+                    *_task_seconds(app.task_s),
+                ),
                 expected={"words": words, "distinct": distinct},
                 output_dir=workdir / "outputs",
             )
@@ -105,6 +117,10 @@ def prepare_apps(spec: BatchSpec, workdir: Path) -> dict[str, GroupApp]:
             args = tuple(map(_conf_text, app.args))
             apps[group.name] = GroupApp(name, conf, _script_path(app, where), args)
     return apps
+
+
+def _task_seconds(task_s: float) -> tuple[str, ...]:
+    return ("--task-seconds", f"{task_s:g}") if task_s > 0 else ()
 
 
 def _script_path(app: ScriptApp, where: str) -> Path:

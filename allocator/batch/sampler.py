@@ -66,6 +66,7 @@ class LiveSeries:
         self._agents: dict[str, dict[str, int]] = {}
         self._agent_integral: dict[str, dict[str, float]] = {}
         self.agent_peak: dict[str, dict[str, int]] = {}
+        self.executors_peak = 0  # most executors placed at one sample, all agents and groups
         self._span = 0.0
         self._time = 0.0
         self._busy = False
@@ -96,6 +97,8 @@ class LiveSeries:
             for view in self.views.values():
                 view.update(sample)
             self._agents = sample.agent_executors
+            placed = sum(n for counts in sample.agent_executors.values() for n in counts.values())
+            self.executors_peak = max(self.executors_peak, placed)
             for agent, counts in sample.agent_executors.items():
                 peak = self.agent_peak.setdefault(agent, {})
                 for group, n in counts.items():
@@ -113,6 +116,10 @@ class LiveSeries:
             a: {g: v / self._span for g, v in self._agent_integral.get(a, {}).items()}
             for a in sorted(agents)
         }
+
+    def executors_average(self) -> float:
+        """Executors placed, all agents and groups, time-averaged while jobs were in flight."""
+        return sum(v for groups in self.agent_average().values() for v in groups.values())
 
     def grants(self) -> int | None:
         """Grants the broker made between the first and the last snapshot."""

@@ -73,6 +73,7 @@ class Broker:
         for agent in agents:
             self.engine.add_agent(agent.name, agent.resources, agent.attributes)
         self.tenants: dict[str, Tenant] = {}
+        self._held = False  # no grants while a live batch's start barrier holds (hold_grants)
         self._id_floor: dict[str, int] = {}  # executor ids never reused within a tenant id
         self._lock = threading.RLock()
         self._wake = threading.Event()
@@ -534,11 +535,22 @@ class Broker:
                 except StoreError as error:
                     log.error("tenant %s: not dropped yet: %s", tenant.tenant_id, error)
 
+    def hold_grants(self, held: bool) -> None:
+        """While held, allocation runs grant nothing (registration goes on): a live batch's
+        start barrier (allocator/batch/gate.py). Releasing asks for a run at once."""
+        with self._lock:
+            self._held = held
+            if not held:
+                self.engine.run_now = True
+                self._poke()
+
     def allocate_once(self) -> int:
         """One allocation run and its launches; returns the executors launched."""
         with self._lock:
             now = time.monotonic()
             self._expire_leases(now)
+            if self._held:
+                return 0
             began = time.perf_counter()
             runs_before = self.engine.runs
             cap = self.limits.max_launches_per_run

@@ -115,6 +115,7 @@ def table1(trials: int, seed: int, ties: str, as_json: bool) -> None:
 
 
 def _add_live_commands() -> None:
+    from allocator.cli.compare import compare
     from allocator.cli.live import COMMANDS
     from allocator.cli.sim import sim
     from allocator.cli.solve import solve
@@ -122,7 +123,7 @@ def _add_live_commands() -> None:
     from allocator.cli.whatif import whatif
     from spark_shim.submit import submit_command
 
-    for command in (*COMMANDS, sim, submit_command, whatif, solve, teardown):
+    for command in (*COMMANDS, compare, sim, submit_command, whatif, solve, teardown):
         cli.add_command(command)
 
 

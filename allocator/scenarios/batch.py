@@ -25,6 +25,7 @@ required) and ignores `app:`. The live runner (`fairbroker batch`, allocator.bat
 per-executor demand). `app:` is one of
   {kind: pi, partitions: 8, samples: 200000, seed: 0}        # spark_shim/apps/pi.py
   {kind: wordcount, input_mb: 20, partitions: 12, seed: 0}   # input made by apps/wordgen.py
+(both take `task_s: S`, emulated work: each task lasts at least S seconds, docs/emulation.md)
   {kind: script, path: my_app.py, args: [a, 1]}              # any script; checked by exit code
 where `samples` is per partition and `partitions` of a WordCount defaults to twice the job's
 executors. A script's relative path is taken from the current directory.
@@ -107,6 +108,8 @@ class PiApp(BaseModel):
     partitions: int = Field(default=8, ge=1, le=100_000)
     samples: int = Field(default=200_000, ge=1, le=10**10)  # per partition
     seed: int = Field(default=0, ge=0)
+    #: Emulated work (docs/emulation.md): each task lasts at least this many seconds.
+    task_s: float = Field(default=0.0, ge=0, lt=3600, allow_inf_nan=False)
 
 
 class WordCountApp(BaseModel):
@@ -116,6 +119,8 @@ class WordCountApp(BaseModel):
     input_mb: float = Field(gt=0, le=100_000, allow_inf_nan=False)
     partitions: int | None = Field(default=None, ge=1, le=100_000)
     seed: int = Field(default=0, ge=0)
+    #: Emulated work (docs/emulation.md): each counting task lasts at least this many seconds.
+    task_s: float = Field(default=0.0, ge=0, lt=3600, allow_inf_nan=False)
 
 
 class ScriptApp(BaseModel):
