@@ -32,8 +32,8 @@ def compare(scenario: str, out: str, job_timeout: float, seeds: int, quiet: bool
     import json
 
     from allocator.batch import compare as side_by_side
-    from allocator.engine_config import EngineConfig
     from allocator.cli.outputs import check_stdout, prepare_output_dir
+    from allocator.engine_config import EngineConfig
     from allocator.scenarios.batch import load_batch
 
     check_stdout()
