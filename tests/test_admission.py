@@ -376,3 +376,19 @@ def test_live_runner_hands_the_turn_on_after_the_quantum(tmp_path: Path):
     assert 1.0 <= j1.submitted_s < j0.ended_s
     assert 2.0 <= j2.submitted_s < j1.ended_s
     assert j3.submitted_s >= j2.ended_s
+
+
+def test_compare_says_what_the_admission_rows_measure():
+    from allocator.cli.sim import _admission_note
+
+    def row(admission: str, makespan: float, jct: float) -> dict:
+        return {"admission": admission, "makespan_s": makespan, "jct_s": {"mean": jct}}
+
+    queues = [row("queues", 2300.0, 40.6)]
+    pools = [row(a, 2211.1, 1121.9) for a in ("fcfs", "sjf", "wfq")]
+    note = " ".join(_admission_note(queues + pools))
+    assert "admission rows (fcfs, sjf, wfq)" in note and "not comparable" in note
+    assert "identical makespans and JCTs" in note
+    pools[1] = row("sjf", 2150.0, 900.0)
+    assert "identical" not in " ".join(_admission_note(queues + pools))
+    assert _admission_note(queues) == [] and _admission_note(pools) == []

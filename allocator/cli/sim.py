@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -267,7 +268,31 @@ def _render(kind: str, summaries: list[dict[str, Any]], seeds: int) -> str:
         line += "".join(_cell(s, name, path, scale, max(wide, len(title) + 2), digits)
                         for title, name, path, scale, digits in columns)  # fmt: skip
         lines.append(line)
+    if kind == "batch":
+        lines += _admission_note(summaries)
     return "\n".join(lines)
+
+
+def _admission_note(summaries: list[dict[str, Any]]) -> list[str]:
+    """What rows under an admission policy measure, beside the `queues` rows they would
+    otherwise be read against."""
+    admitted = [s for s in summaries if s["admission"] != "queues"]
+    if not admitted or len(admitted) == len(summaries):
+        return []
+    note = [
+        "admission rows (" + ", ".join(s["admission"] for s in admitted) + "): every job of "
+        "the batch in one admission pool (paper 004, docs/admission.md), under --scheduler "
+        "and --mode only. Their JCT counts from each job's arrival, so it includes the wait "
+        "in the pool; the queues rows' JCT counts from the job's submission by its queue, "
+        "after the job before it: the two columns are not comparable.",
+    ]
+    keys = ("makespan_s", "jct_s")
+    if len(admitted) > 1 and len({tuple(str(s.get(k)) for k in keys) for s in admitted}) == 1:
+        note.append(
+            "The admission policies give identical makespans and JCTs on this batch (they "
+            "differ only where jobs differ in arrival, priority, deadline or work)."
+        )
+    return ["", *(textwrap.fill(text, width=100) for text in note)]
 
 
 def _write_series(path: str, runs: dict[str, list], compare: bool) -> None:
