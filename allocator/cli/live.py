@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import click
 
@@ -248,13 +249,23 @@ def render_allocation(allocation) -> str:
     return "\n".join(lines)
 
 
-@click.command()
-@click.option(
-    "--broker", envvar="FAIRBROKER_BROKER", default=f"127.0.0.1:{DEFAULT_HTTP_PORT}",
-    show_default=True, help=BROKER_HELP + " Env FAIRBROKER_BROKER.",
+_TOKEN = click.option(
+    "--token", envvar=TOKEN_ENV, default=None,
+    help=f"The broker's shared token (env {TOKEN_ENV}).",
 )  # fmt: skip
-@click.option("--token", envvar=TOKEN_ENV, default=None,
-              help=f"The broker's shared token (env {TOKEN_ENV}).")
+
+
+def _broker_address(command: Callable) -> Callable:
+    """--broker and --token of the commands that talk to a running broker."""
+    command = _TOKEN(command)
+    return click.option(
+        "--broker", envvar="FAIRBROKER_BROKER", default=f"127.0.0.1:{DEFAULT_HTTP_PORT}",
+        show_default=True, help=BROKER_HELP + " Env FAIRBROKER_BROKER.",
+    )(command)  # fmt: skip
+
+
+@click.command()
+@_broker_address
 @click.option("--json", "as_json", is_flag=True, help="The Allocation message as JSON.")
 @click.option(
     "--master", default=None,
@@ -278,12 +289,7 @@ def status(broker: str, token: str | None, as_json: bool, master: str | None) ->
 
 
 @click.command()
-@click.option(
-    "--broker", envvar="FAIRBROKER_BROKER", default=f"127.0.0.1:{DEFAULT_HTTP_PORT}",
-    show_default=True, help=BROKER_HELP + " Env FAIRBROKER_BROKER.",
-)  # fmt: skip
-@click.option("--token", envvar=TOKEN_ENV, default=None,
-              help=f"The broker's shared token (env {TOKEN_ENV}).")
+@_broker_address
 @engine_flags(("scheduler", "mode", "selection", "level", "trigger", "ties", "role_weights"))
 def configure(broker: str, token: str | None, role_weights: tuple[str, ...], **changes) -> None:
     """Change a running broker's scheduler, mode, selection, level, trigger, ties or group
@@ -320,8 +326,7 @@ def render_engine(info) -> str:
     help="HTTP address of a running broker to use instead of starting one on the scenario's "
     "agents (its scheduler is then the broker's own).",
 )
-@click.option("--token", envvar=TOKEN_ENV, default=None,
-              help=f"The broker's shared token (env {TOKEN_ENV}).")
+@_TOKEN
 @click.option("--job-timeout", type=FiniteFloat(min=1), default=600.0, show_default=True,
               help="Seconds a job may run before it is stopped and counted as failed.")
 @click.option(
