@@ -16,7 +16,8 @@ from allocator.cli.option_types import FiniteFloat
     help="compare.json, and per run (SCHEDULER-MODE/) its job logs, broker state and "
     "result.json.",
 )  # fmt: skip
-@click.option("--job-timeout", type=FiniteFloat(min=1), default=600.0, show_default=True)
+@click.option("--job-timeout", type=FiniteFloat(min=1), default=600.0, show_default=True,
+              help="Seconds a job may run before it is stopped and counted as failed.")
 @click.option(
     "--seeds", type=click.IntRange(min=1, max=100), default=3, show_default=True,
     help="Seeds of the simulator's prediction.",
