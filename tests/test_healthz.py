@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from support.broker import AGENTS, RecordingBackend
 
-from allocator.broker import core
+from allocator.broker import loop
 from allocator.broker.server import BrokerOptions, BrokerService
 from allocator.engine_config import EngineConfig, EngineConfigError
 
@@ -78,7 +78,7 @@ def test_a_loop_whose_runs_fail_is_reported_once_it_is_overdue(
         def failing_run() -> int:
             raise RuntimeError("injected")
 
-        monkeypatch.setattr(core, "LOOP_STALL_GRACE_SECONDS", 0.5)
+        monkeypatch.setattr(loop, "STALL_GRACE_SECONDS", 0.5)
         monkeypatch.setattr(broker, "allocate_once", failing_run)
         body = until_unhealthy(service)
         assert body["reason"].startswith("the allocation loop has completed no run for "), body

@@ -17,16 +17,17 @@ from allocator.backends.base import AgentInfo, Backend, ExecutorState, LaunchSpe
 from allocator.broker import faults, tenants
 from allocator.broker.errors import ApiError, invalid, unavailable
 from allocator.broker.limits import Limits
+from allocator.broker.loop import AllocationLoop
 from allocator.broker.proto import pb
 from allocator.broker.snapshot import broker_info, engine_allocation, executor_messages
 from allocator.broker.store import Store, StoreError
 from allocator.broker.tenants import ExecutorRecord, Refusals, Tenant
 from allocator.broker.validation import (
-    GROUP,
     check_kill,
     check_register,
     check_room,
     check_target,
+    configured,
     printable,
     same_registration,
 )
@@ -41,7 +42,6 @@ DEFAULT_LEASE_SECONDS = 30.0
 HISTORY = 10_000  # latency samples kept for reports and benchmarks
 # /healthz: the loop is stalled once it has completed no run for two intervals and this long
 # (a run may wait for the lock behind API calls, and a slow machine delays it further).
-LOOP_STALL_GRACE_SECONDS = 30.0
 
 
 class Broker:
@@ -76,11 +76,8 @@ class Broker:
         self._held = False  # no grants while a live batch's start barrier holds (hold_grants)
         self._id_floor: dict[str, int] = {}  # executor ids never reused within a tenant id
         self._lock = threading.RLock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._loop: threading.Thread | None = None
-        self._last_run = time.monotonic()  # the loop's last completed run
-        self._loop_error: str | None = None  # what ended the loop thread
+        # the instance attribute at each run, so that tests may replace allocate_once
+        self._loop = AllocationLoop(lambda: self.allocate_once(), lambda: self.engine.interval)
         self.started = time.time()
         self.kills_total = 0
         self.registration_seconds: deque[float] = deque(maxlen=HISTORY)
@@ -95,17 +92,11 @@ class Broker:
         `allocate_once` themselves with loop=False)."""
         self.backend.start(self)
         self._recover()
-        if not loop:
-            return
-        self._last_run = time.monotonic()
-        self._loop = threading.Thread(target=self._run_loop, name="allocation", daemon=True)
-        self._loop.start()
+        if loop:
+            self._loop.start()
 
     def stop(self, kill_executors: bool = True) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._loop is not None:
-            self._loop.join(timeout=10)
+        self._loop.stop()
         self.backend.stop(kill_executors=kill_executors)
         if kill_executors:
             with self._lock:
@@ -240,23 +231,9 @@ class Broker:
         restart starts from the serve configuration)."""
         request = request or pb.ConfigureRequest(**fields)
         with self._lock:
-            config = self.engine.config
-            changes: dict[str, object] = {
-                name: value
-                for name in ("scheduler", "mode", "level", "trigger", "ties")
-                if (value := getattr(request, name))
-            }
-            if request.scheduler or request.selection:
-                changes["selection"] = request.selection or None
-            if request.role_weights:
-                weights = {**config.role_weights, **request.role_weights}
-                if len(weights) > self.limits.max_groups:
-                    raise invalid(f"role_weights: at most {self.limits.max_groups} groups")
-                if not all(r == "*" or GROUP.fullmatch(r) for r in request.role_weights):
-                    raise invalid("role_weights: a group name must be a valid group")
-                changes["role_weights"] = weights
+            config = configured(self.engine.config, request, self.limits)
             try:
-                self.engine.apply(config.replace(**changes))
+                self.engine.apply(config)
             except (KeyError, ValueError, FairbrokerError) as error:
                 raise invalid(str(error).strip("'\"")) from None
             log.info("now scheduling with %s", printable(str(self.engine.config.to_json())))
@@ -268,27 +245,12 @@ class Broker:
         is one of the things to report."""
         backend_health = getattr(self.backend, "health", None)
         report = {"ok": True} if backend_health is None else dict(backend_health())
-        problem = self._loop_problem()
+        problem = self._loop.problem()
         if problem is not None:
             report["allocation_loop"] = problem
             if report["ok"]:
                 report.update(ok=False, reason=problem)
         return report
-
-    def _loop_problem(self) -> str | None:
-        loop = self._loop
-        if loop is None or self._stop.is_set():
-            return None  # runs driven by hand (tests), or stopping
-        if not loop.is_alive():
-            return f"the allocation loop stopped: {self._loop_error or 'its thread exited'}"
-        interval = self.engine.interval
-        idle = time.monotonic() - self._last_run
-        if idle > 2 * interval + LOOP_STALL_GRACE_SECONDS:
-            return (
-                f"the allocation loop has completed no run for {idle:.0f} s "
-                f"(interval {interval:g} s)"
-            )
-        return None
 
     def info(self) -> pb.BrokerInfo:
         with self._lock:
@@ -415,7 +377,7 @@ class Broker:
 
     def _poke(self) -> None:
         if self.engine.run_now:
-            self._wake.set()
+            self._loop.poke()
 
     # ---- backend events (BackendEvents) ---------------------------------------------------
     def status(self, status: TaskStatus) -> None:
@@ -453,7 +415,7 @@ class Broker:
         """Crash-loop protection: executors ending soon after their launch, whatever their
         exit code or signal, rest the tenant on that agent unless the broker asked them to
         stop (`tenants.executor_exited`; called once the executor is forgotten)."""
-        if self._stop.is_set():
+        if self._loop.stopping.is_set():
             return  # the broker's own teardown
         now, agent = time.monotonic(), record.spec.agent
         others = sum(r.state is not ExecutorState.KILLING for r in tenant.executors.values())
@@ -631,30 +593,6 @@ class Broker:
             write(*args, **kw)
         except StoreError as error:
             log.error("%s", error)
-
-    def _run_loop(self) -> None:
-        """The allocation loop's thread; what ends it other than stop() is kept for /healthz."""
-        try:
-            self._loop_runs()
-        except BaseException as error:
-            self._loop_error = f"{type(error).__name__}: {error}"
-            log.critical("the allocation loop stopped: %s", self._loop_error, exc_info=True)
-
-    def _loop_runs(self) -> None:
-        next_tick = time.monotonic()
-        while not self._stop.is_set():
-            self._wake.wait(timeout=max(0.0, next_tick - time.monotonic()))
-            if self._stop.is_set():
-                return
-            self._wake.clear()
-            if time.monotonic() >= next_tick:
-                next_tick = time.monotonic() + self.engine.interval
-            try:
-                self.allocate_once()
-            except Exception:  # the loop must survive anything one run does
-                log.exception("allocation run failed")
-            else:
-                self._last_run = time.monotonic()
 
 
 def _key(spec: LaunchSpec) -> tuple[str, str]:

@@ -12,6 +12,8 @@ from allocator.backends.executor import EnvironmentRefused, check_environment
 from allocator.broker.errors import invalid
 from allocator.broker.limits import GROUP, Limits
 from allocator.broker.proto import pb
+from allocator.engine_config import EngineConfig
+from allocator.errors import FairbrokerError
 
 # fullmatch only: `re.match` with `$` lets a trailing newline through.
 TENANT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -185,3 +187,26 @@ def same_registration(a: pb.RegisterRequest, b: pb.RegisterRequest) -> bool:
     return first.SerializeToString(deterministic=True) == second.SerializeToString(
         deterministic=True
     )
+
+
+def configured(config: EngineConfig, request: pb.ConfigureRequest, limits: Limits) -> EngineConfig:
+    """`config` with a Configure request's changes (an empty field keeps its value); the
+    engine's own checks run when it is built."""
+    changes: dict[str, object] = {
+        name: value
+        for name in ("scheduler", "mode", "level", "trigger", "ties")
+        if (value := getattr(request, name))
+    }
+    if request.scheduler or request.selection:
+        changes["selection"] = request.selection or None
+    if request.role_weights:
+        weights = {**config.role_weights, **request.role_weights}
+        if len(weights) > limits.max_groups:
+            raise invalid(f"role_weights: at most {limits.max_groups} groups")
+        if not all(r == "*" or GROUP.fullmatch(r) for r in request.role_weights):
+            raise invalid("role_weights: a group name must be a valid group")
+        changes["role_weights"] = weights
+    try:
+        return config.replace(**changes)
+    except (KeyError, ValueError, FairbrokerError) as error:
+        raise invalid(str(error).strip("'\"")) from None
