@@ -163,7 +163,8 @@ def test_serve_started_twice_is_one_line(running_broker):
         (["--lease", "nan"], "--lease"),
         (["--lease", "inf"], "--lease"),
         # a wait of 1e10 s overflowed the allocation loop's timer and killed its thread
-        (["--interval", "1e10"], "interval: must be in (0, 3600] seconds, got 1e+10"),
+        (["--interval", "1e10"],
+         "interval (from --interval): must be in (0, 3600] seconds, got 1e+10"),
     ],
 )
 def test_serve_bad_places_and_numbers(args, expected, tmp_path):
