@@ -234,7 +234,8 @@ def test_queues_run_jobs_in_order_and_in_parallel(tmp_path: Path):
     assert jobs["pi-q0-j1"].submitted_s >= jobs["pi-q0-j0"].ended_s
     assert jobs["pi-q1-j1"].submitted_s >= jobs["pi-q1-j0"].ended_s >= 0.6
     assert max(jobs[f"{q}-j0"].submitted_s for q in ("pi-q0", "pi-q1", "wordcount-q0")) < 0.5
-    assert result.makespan_s == pytest.approx(max(j.ended_s for j in result.jobs), abs=0.25)  # the last end and the batch end are read apart
+    # the last job's end and the batch's are read a moment apart (0.026 s seen under load)
+    assert result.makespan_s == pytest.approx(max(j.ended_s for j in result.jobs), abs=0.25)
     assert result.makespan_s < sum(j.duration_s for j in result.jobs)
     # What was submitted: group, options and the Spark conf per job. The group's weight (2) is
     # not each job's: it is the broker's role weight (tests/test_parity.py), as in simulation.
