@@ -12,6 +12,7 @@ import _thread
 import json
 import math
 import os
+import signal
 import threading
 import time
 from collections.abc import Sequence
@@ -308,6 +309,16 @@ def test_wrong_answers_failures_and_timeouts_are_recorded(tmp_path: Path):
 
 
 def test_interrupt_stops_every_driver(tmp_path: Path):
+    # Ctrl-C raises KeyboardInterrupt only where SIGINT is not ignored: a shell running the
+    # suite in the background (`make test &`) hands it down ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _interrupt_stops_every_driver(tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupt_stops_every_driver(tmp_path: Path) -> None:
     slow = {"FAKE_SLEEP": "60", "FAKE_CHILD": "1"}
     submit = FakeSubmit(tmp_path, {"pi-q0-j0": slow, "pi-q1-j0": slow, "wordcount-q0-j0": slow})
 

@@ -82,7 +82,10 @@ def start_compare(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
         "240",
     ]
     process = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        # Ctrl-C as a terminal gives it, even when this suite inherited SIGINT ignored (a
+        # shell's background job): Python then never raises KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     return process, out
 

@@ -410,7 +410,7 @@ def _sigterm_scenario(tmp_path: Path, spark: Path, id_file: Path, running: list[
         assert tasks("TASK_RUNNING") == [("t.1", framework.id)]
 
         assert first.stop(signal.SIGTERM) == 0
-        assert "stopping, failing over (tasks kept)" in first.stderr()
+        assert "stopping the broker, failing over (tasks kept)" in first.stderr()
         assert not master.calls("TEARDOWN")
         wait_for(lambda: not master.frameworks()[0].connected, 10, "the stream to close")
         (kept,) = master.frameworks()
