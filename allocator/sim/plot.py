@@ -38,6 +38,22 @@ def _rows(labels: Sequence[str]) -> dict[str, list[int]]:
     return rows
 
 
+def shown_resources(resources: Sequence[str]) -> list[str]:
+    """The resources a panel row shows: cpus and mem, or the first two."""
+    return [r for r in ("cpus", "mem") if r in resources] or list(resources[:2])
+
+
+def style_panel(ax, title: str | None, ylabel: str | None) -> None:
+    """An allocation panel: 0-105 %, a light grid, its title on the top row and its label
+    in the first column (None: not this panel's)."""
+    ax.set_ylim(0, 105)
+    ax.grid(alpha=0.3)
+    if title is not None:
+        ax.set_title(title)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
+
+
 def runs_figure(runs: Sequence[tuple[str, SampledSeries]], title: str = ""):
     """The matplotlib figure of `plot_runs` (returned for callers that inspect it)."""
     import matplotlib
@@ -46,7 +62,7 @@ def runs_figure(runs: Sequence[tuple[str, SampledSeries]], title: str = ""):
     import matplotlib.pyplot as plt
 
     resources = runs[0][1].resources if runs else ("cpus", "mem")
-    shown = [r for r in ("cpus", "mem") if r in resources] or list(resources[:2])
+    shown = shown_resources(resources)
     rows = _rows([label for label, _ in runs])
     fig, axes = plt.subplots(
         len(rows), len(shown), figsize=(5.5 * len(shown), 2.2 * len(rows) + 1.0),
@@ -64,13 +80,8 @@ def runs_figure(runs: Sequence[tuple[str, SampledSeries]], title: str = ""):
                 axes[row, col].step(times, values[:, column], where="post", label=short,
                                     color=colour, linewidth=1)  # fmt: skip
         for col, resource in enumerate(shown):
-            ax = axes[row, col]
-            ax.set_ylim(0, 105)
-            ax.grid(alpha=0.3)
-            if row == 0:
-                ax.set_title(f"allocated {resource} %")
-            if col == 0:
-                ax.set_ylabel(group or "%")
+            style_panel(axes[row, col], f"allocated {resource} %" if row == 0 else None,
+                        (group or "%") if col == 0 else None)  # fmt: skip
         axes[row, -1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
                              frameon=False)  # fmt: skip
     for ax in axes[-1]:

@@ -22,6 +22,7 @@ import numpy as np
 from allocator.engine_config import EngineConfig
 from allocator.scenarios.batch import BatchSpec
 from allocator.sim.batch_sim import BatchSimulator, SimResult
+from allocator.sim.plot import shown_resources, style_panel
 from allocator.sim.stats import Estimate, Paired, estimate, paired
 
 #: The baseline a recommendation is measured against: the criterion of Mesos's default
@@ -260,7 +261,7 @@ def _plot_multiples(report: Report, path: Path) -> None:
     plt = _pyplot()
     schedulers = list(dict.fromkeys(c.scheduler for c in report.configs))
     modes = list(dict.fromkeys(c.mode for c in report.configs))
-    shown = [r for r in ("cpus", "mem") if r in report.resources] or list(report.resources[:2])
+    shown = shown_resources(report.resources)
     end = max(float(c.series[0][-1]) for c in report.configs if c.series is not None)
     window, step = max(10.0, end / 40), max(1.0, end / 2000)
     fig, axes = plt.subplots(
@@ -278,13 +279,8 @@ def _plot_multiples(report: Report, path: Path) -> None:
                 axes[row, col].plot(grid, smooth[:, k] * 100, color=colours[config.mode],
                                     linewidth=1.2, label=config.mode)  # fmt: skip
         for col, resource in enumerate(shown):
-            ax = axes[row, col]
-            ax.set_ylim(0, 105)
-            ax.grid(alpha=0.3)
-            if col == 0:
-                ax.set_ylabel(f"{name}\nallocated %")
-            if row == 0:
-                ax.set_title(resource)
+            style_panel(axes[row, col], resource if row == 0 else None,
+                        f"{name}\nallocated %" if col == 0 else None)  # fmt: skip
     for ax in axes[-1]:
         ax.set_xlabel("time (s)")
     handles, labels = axes[0, 0].get_legend_handles_labels()
