@@ -30,6 +30,7 @@ from allocator.mesos_defaults import ALLOCATION_INTERVAL_SECONDS, REFUSE_SECONDS
 if TYPE_CHECKING:
     from allocator.policy import Selection, Ties
     from allocator.policy.levels import Level
+    from allocator.reclaim import ReclaimLimits
     from allocator.state import Mode
 
 #: Role (group) weights are bounded like tenant weights (allocator.broker.limits).
@@ -39,6 +40,15 @@ MAX_ROLE_WEIGHT = 1000.0
 #: interval only delays those; and the broker's loop waits on a timer that overflows past
 #: threading.TIMEOUT_MAX (~292 years: `--interval 1e10` killed the loop thread).
 MAX_INTERVAL_SECONDS = 3600.0
+#: The reclaim knobs (issue 22, docs/reclaim.md), left out of `to_json` while reclaim is off.
+RECLAIM_FIELDS = (
+    "reclaim_after",
+    "reclaim_grace",
+    "reclaim_min_runtime",
+    "reclaim_per_run",
+    "reclaim_per_minute",
+    "protected_groups",
+)
 
 
 class Trigger(StrEnum):
@@ -69,6 +79,8 @@ class Setting:
     flag: str | None = None
     short: str | None = None
     metavar: str | None = None
+    #: `fairbroker serve`'s default where a long-running broker wants another one
+    serve_default: Any = None
 
     def values(self) -> Any:
         module, _, name = (self.choices or "").partition(":")
@@ -228,6 +240,56 @@ class EngineConfig:
         ),
     )
 
+    reclaim_after: float = field(
+        default=0.0,
+        metadata=setting(
+            minimum=0,
+            online=True,
+            metavar="SECONDS",
+            serve_default=30.0,
+            help="Reclaim executors from tenants above their fair share for a tenant that has "
+            "waited below its own this long (0: never; the engine's default, so the papers' "
+            "experiments replay unchanged; serve's default is 30, docs/reclaim.md).",
+        ),
+    )
+    reclaim_grace: float = field(
+        default=30.0,
+        metadata=setting(
+            minimum=0,
+            online=True,
+            metavar="SECONDS",
+            help="How long a reclaimed executor may take to leave (Spark decommissioning) "
+            "before it is killed.",
+        ),
+    )
+    reclaim_min_runtime: float = field(
+        default=5.0,
+        metadata=setting(
+            minimum=0,
+            online=True,
+            metavar="SECONDS",
+            help="An executor younger than this is never reclaimed.",
+        ),
+    )
+    reclaim_per_run: int = field(
+        default=10,
+        metadata=setting(minimum=0, online=True, help="Executors reclaimed per run at most."),
+    )
+    reclaim_per_minute: int = field(
+        default=60,
+        metadata=setting(minimum=0, online=True, help="Executors reclaimed in any minute at most."),
+    )
+    protected_groups: tuple[str, ...] = field(
+        default=(),
+        metadata=setting(
+            online=True,
+            flag="--protected-group",
+            metavar="GROUP",
+            help="A group (role) whose executors are never reclaimed (repeat; a group's "
+            "`preemptible: false`).",
+        ),
+    )
+
     def __post_init__(self) -> None:
         from allocator.policy import scheduler
 
@@ -243,8 +305,7 @@ class EngineConfig:
                 _check_number(item.name, spec, value, integer=type(item.default) is int)
         if not self.interval <= MAX_INTERVAL_SECONDS:
             raise EngineConfigError(
-                f"interval: must be in (0, {MAX_INTERVAL_SECONDS:g}] seconds, "
-                f"got {self.interval:g}"
+                f"interval: must be in (0, {MAX_INTERVAL_SECONDS:g}] seconds, got {self.interval:g}"
             )
         weights = dict(self.role_weights)
         for role, weight in weights.items():
@@ -260,6 +321,12 @@ class EngineConfig:
         if not (math.isfinite(self.fuga_lambda) and self.fuga_lambda >= 0):
             raise EngineConfigError(f"fuga_lambda: must be finite and >= 0, got {self.fuga_lambda}")
         set_(self, "fuga_lambda", float(self.fuga_lambda))
+        groups = self.protected_groups
+        if isinstance(groups, str) or not all(isinstance(g, str) and g for g in groups):
+            raise EngineConfigError("protected_groups: a list of non-empty group names")
+        set_(self, "protected_groups", tuple(sorted(set(groups))))
+        for name in ("reclaim_after", "reclaim_grace", "reclaim_min_runtime"):
+            set_(self, name, float(getattr(self, name)))
 
     # ---- named constructors ------------------------------------------------------------
     @classmethod
@@ -289,6 +356,21 @@ class EngineConfig:
 
         return {"fuga": FugaParams(k=self.fuga_k, lam=self.fuga_lambda)}
 
+    @property
+    def reclaims(self) -> bool:
+        return self.reclaim_after > 0
+
+    def reclaim_limits(self) -> ReclaimLimits:
+        """The reclaim knobs as allocator.reclaim takes them."""
+        from allocator.reclaim import ReclaimLimits
+
+        return ReclaimLimits(
+            reclaim_after=self.reclaim_after,
+            min_runtime=self.reclaim_min_runtime,
+            per_run=self.reclaim_per_run,
+            per_minute=self.reclaim_per_minute,
+        )
+
     def replace(self, **changes: Any) -> EngineConfig:
         return replace(self, **changes)
 
@@ -309,6 +391,11 @@ class EngineConfig:
             data[item.name] = str(value) if isinstance(value, StrEnum) else value
         if data["selection"] != "fuga":
             del data["fuga_k"], data["fuga_lambda"]
+        if not self.reclaims:  # outputs from before reclaim existed stay the same
+            for name in RECLAIM_FIELDS:
+                del data[name]
+        else:
+            data["protected_groups"] = list(self.protected_groups)
         return data
 
     def __hash__(self) -> int:

@@ -119,6 +119,9 @@ def test_every_field_is_an_option_with_the_fields_default():
             param = params[item.name]
             if item.name == "role_weights":
                 assert param.multiple and param.opts == ["--role-weight"]
+            elif item.name == "protected_groups":
+                assert param.multiple and param.opts == ["--protected-group"]
+                assert tuple(_default(param)) == ()
             elif command == "fill" and item.name == "scheduler":
                 assert param.required and _default(param) is None
             else:
@@ -135,8 +138,11 @@ def test_serve_keys_are_the_fields_with_their_defaults_and_ranges():
     config = ServeConfig()
     for item in fields(EngineConfig):
         assert item.name in ServeConfig.model_fields
+        if item.name == "reclaim_after":  # a long-running broker holds the fair share
+            assert (config.reclaim_after, EngineConfig().reclaim_after) == (30, 0)
+            continue
         assert getattr(config, item.name) == getattr(EngineConfig(), item.name), item.name
-    assert config.engine_config() == EngineConfig()
+    assert config.engine_config() == EngineConfig(reclaim_after=30)
     # a range from EngineConfig's declaration, and its own check, both name the source
     with pytest.raises(ConfigError, match=r"^interval \(from FAIRBROKER_INTERVAL\): .*greater"):
         load_serve_config({}, None, {"FAIRBROKER_INTERVAL": "0"})

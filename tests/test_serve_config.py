@@ -74,6 +74,8 @@ def test_every_option_has_an_environment_variable() -> None:
         "state_recover": "true", "metrics_token": "true", "level": "framework",
         "trigger": "release", "seed": "7", "interval": "0.5", "refuse_seconds": "2",
         "role_weights": "pi=2,wc=1", "fuga_k": "4", "fuga_lambda": "0.5",
+        "reclaim_after": "0", "reclaim_grace": "3", "reclaim_min_runtime": "1",
+        "reclaim_per_run": "2", "reclaim_per_minute": "9", "protected_groups": "prod, etl",
     }  # fmt: skip
     assert set(samples) == set(ServeConfig.model_fields)
     env = {f"FAIRBROKER_{k.upper()}": v for k, v in samples.items() if v is not None}
@@ -86,6 +88,7 @@ def test_every_option_has_an_environment_variable() -> None:
     assert config.roles == ("a", "b") and config.port == 1 and config.metrics is False
     engine = config.engine_config()  # FUGA's K and lambda reach the engine's configuration
     assert (engine.fuga_k, engine.fuga_lambda) == (4, 0.5)
+    assert engine.protected_groups == ("etl", "prod") and engine.reclaim_after == 0
     env = {"FAIRBROKER_TOKEN_FILE": "/srv/token"}
     assert load_serve_config({}, None, env)[0].token_file == Path("/srv/token")
 

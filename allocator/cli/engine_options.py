@@ -70,13 +70,19 @@ def _option(item: Field, with_default: bool, required: bool = False) -> Callable
             *names, item.name, multiple=True, metavar=spec.metavar, help=spec.help,
             callback=_role_weights if with_default else None,
         )  # fmt: skip
+    if isinstance(item.default, tuple):  # a list of names, repeated
+        return click.option(
+            *names, item.name, multiple=True, metavar=spec.metavar, help=spec.help,
+            default=None if not with_default else item.default,
+        )  # fmt: skip
     default = default_of(item) if with_default and not required else None
     # click 8.3+ takes an explicit `default=None` as a value: a required option with it is
     # silently optional (`fill` without --scheduler ran DRF). Pass a default only if any.
     given = {"default": default} if default is not None else {}
     return click.option(
         *names, item.name, type=_click_type(item), required=required,
-        show_default=with_default and default is not None, help=spec.help, **given,
+        show_default=with_default and default is not None, help=spec.help,
+        metavar=spec.metavar, **given,
     )  # fmt: skip
 
 
@@ -119,9 +125,8 @@ def engine_flags(names: Iterable[str] = ENGINE_FIELDS) -> Callable[[Callable], C
 def build_engine_config(values: dict[str, Any]) -> EngineConfig:
     from allocator.errors import FairbrokerError
 
-    values = {k: v for k, v in values.items() if v is not None}
+    values = {k: v for k, v in values.items() if v is not None and v != ()}
     try:
         return EngineConfig(**values)
     except FairbrokerError as error:
         raise click.UsageError(str(error)) from None
-

@@ -52,7 +52,15 @@ _FLAGS = {"roles": "--role", "limits": "--limit"} | {
     f.name: setting_of(f).flag for f in fields(EngineConfig) if setting_of(f).flag
 }
 _ENGINE_MAPPINGS = tuple(f.name for f in fields(EngineConfig) if f.default_factory is dict)
-_LIST_KEYS = ("roles", "executor_env", "executor_python", "limits", *_ENGINE_MAPPINGS)
+_ENGINE_LISTS = tuple(f.name for f in fields(EngineConfig) if isinstance(f.default, tuple))
+_LIST_KEYS = (
+    "roles",
+    "executor_env",
+    "executor_python",
+    "limits",
+    *_ENGINE_MAPPINGS,
+    *_ENGINE_LISTS,
+)
 _MESOS_ONLY = (
     "master", "roles", "principal", "secret_file", "framework_name", "user", "allow_root",
     "hostname", "webui_url", "gpus", "spark_uri",
@@ -79,7 +87,8 @@ def _engine_keys() -> dict[str, Any]:
             bounds["gt" if spec.exclusive else "ge"] = spec.minimum
             if kind is float:
                 bounds["allow_inf_nan"] = False
-        keys[item.name] = (kind, Field(default_of(item), validate_default=True, **bounds))
+        default = default_of(item) if spec.serve_default is None else spec.serve_default
+        keys[item.name] = (kind, Field(default, validate_default=True, **bounds))
     return keys
 
 
