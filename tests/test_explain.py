@@ -3,6 +3,8 @@ hand-built engines (the broker's and the simulator's answers come from the same 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from allocator.engine import Engine
@@ -97,6 +99,6 @@ def test_role_level_names_the_poorer_group():
 
 
 def test_every_reason_is_documented():
-    text = open("docs/architecture.md").read()
+    text = (Path(__file__).parents[1] / "docs" / "architecture.md").read_text()
     for reason in REASONS:
         assert f"`{reason}`" in text, reason
