@@ -88,13 +88,20 @@ _BYPASSES: list[str | tuple[str, str]] = [
 ]  # fmt: skip
 BYPASSES = [b if isinstance(b, tuple) else (b, b) for b in _BYPASSES]
 
-# What the project and Spark send: Spark 3.5's module options (4.x's come from Spark itself
-# below), the fast-start flags of benchmarks/scenarios/spark-fill.yaml, and common tuning.
+# What the project and Spark send: Spark 3.5.9's module options (JavaModuleOptions; 4.x's
+# come from the installed Spark below), the fast-start flags of
+# benchmarks/scenarios/spark-fill.yaml, and common tuning.
+SPARK35_MODULES = " ".join(
+    ["-XX:+IgnoreUnrecognizedVMOptions"]
+    + [f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in (
+        "java.lang", "java.lang.invoke", "java.lang.reflect", "java.io", "java.net", "java.nio",
+        "java.util", "java.util.concurrent", "java.util.concurrent.atomic", "jdk.internal.ref",
+        "sun.nio.ch", "sun.nio.cs", "sun.security.action", "sun.util.calendar")]
+    + ["--add-opens=java.security.jgss/sun.security.krb5=ALL-UNNAMED",
+       "-Djdk.reflect.useDirectMethodHandle=false"]
+)  # fmt: skip
 LEGIT = [
-    "-XX:+IgnoreUnrecognizedVMOptions --add-opens=java.base/java.lang=ALL-UNNAMED "
-    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED --add-opens=java.security.jgss/"
-    "sun.security.krb5=ALL-UNNAMED -Djdk.reflect.useDirectMethodHandle=false "
-    "-Dio.netty.tryReflectionSetAccessible=true",
+    SPARK35_MODULES,
     "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData",
     "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED -Dspark.x=1 -XX:+UseG1GC",
     "-XX:+UseG1GC -XX:MaxGCPauseMillis=200 -XX:InitiatingHeapOccupancyPercent=35 "

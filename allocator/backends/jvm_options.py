@@ -115,12 +115,13 @@ def spark_split(value: str) -> list[str]:
 # ---- the allow-list ------------------------------------------------------------------
 SIZE = r"[0-9]{1,13}[kKmMgGtT]?"
 COUNT = r"[0-9]{1,10}"
-PERCENT = r"[0-9]{1,3}(\.[0-9]{1,6})?"
+DECIMAL = r"[0-9]{1,6}(\.[0-9]{1,6})?"
 BOOLEAN = r"true|false"
 NAME = r"[A-Za-z0-9_$][A-Za-z0-9_$.-]*"
 NAMES = rf"{NAME}(,{NAME})*"
 
-# -XX:+NAME / -XX:-NAME: collectors, heap layout, JIT and GC logging switches.
+# -XX:+NAME / -XX:-NAME: collectors, heap layout, JIT and GC logging switches (product flags
+# of JDK 17, and ZGenerational of 21; experimental ones would need -XX:+UnlockExperimental...).
 XX_SWITCHES = frozenset({
     "UseG1GC", "UseParallelGC", "UseSerialGC", "UseZGC", "ZGenerational", "UseShenandoahGC",
     "UseStringDeduplication", "UseCompressedOops", "UseCompressedClassPointers", "UseNUMA",
@@ -132,19 +133,17 @@ XX_SWITCHES = frozenset({
     "HeapDumpOnOutOfMemoryError", "UsePerfData", "PerfDisableSharedMem", "TieredCompilation",
     "UseCodeCacheFlushing", "OmitStackTraceInFastThrow", "ShowCodeDetailsInExceptionMessages",
     "UseCountedLoopSafepoints", "IgnoreUnrecognizedVMOptions", "PrintCommandLineFlags",
-    "PrintFlagsFinal", "PrintGCDetails", "PrintGCTimeStamps", "PrintGCDateStamps",
-    "PrintTenuringDistribution", "PrintVMOptions",
+    "PrintFlagsFinal", "PrintGCDetails", "PrintVMOptions",
 })  # fmt: skip
-# -XX:NAME=VALUE: counts, sizes and percentages.
+# -XX:NAME=VALUE: counts, sizes and decimals.
 XX_COUNTS = (
     "MaxGCPauseMillis", "GCTimeRatio", "ParallelGCThreads", "ConcGCThreads",
-    "InitiatingHeapOccupancyPercent", "G1ReservePercent", "G1NewSizePercent",
-    "G1MaxNewSizePercent", "G1MixedGCCountTarget", "G1HeapWastePercent",
-    "G1MixedGCLiveThresholdPercent", "NewRatio", "SurvivorRatio", "MaxTenuringThreshold",
+    "InitiatingHeapOccupancyPercent", "G1ReservePercent", "G1MixedGCCountTarget",
+    "G1HeapWastePercent", "NewRatio", "SurvivorRatio", "MaxTenuringThreshold",
     "InitialTenuringThreshold", "TieredStopAtLevel", "CICompilerCount", "MinHeapFreeRatio",
     "MaxHeapFreeRatio", "SoftRefLRUPolicyMSPerMB", "StringTableSize", "ActiveProcessorCount",
     "MaxInlineLevel", "FreqInlineSize", "InlineSmallCode", "AutoBoxCacheMax",
-    "ObjectAlignmentInBytes", "ZCollectionInterval", "GCHeapFreeLimit", "GCTimeLimit",
+    "ObjectAlignmentInBytes", "GCHeapFreeLimit", "GCTimeLimit",
 )  # fmt: skip
 XX_SIZES = (
     "G1HeapRegionSize", "InitialHeapSize", "NewSize", "MaxNewSize", "MetaspaceSize",
@@ -152,16 +151,14 @@ XX_SIZES = (
     "ReservedCodeCacheSize", "InitialCodeCacheSize", "ThreadStackSize", "LargePageSizeInBytes",
     "TLABSize", "MinTLABSize", "SoftMaxHeapSize",
 )  # fmt: skip
-XX_PERCENTS = (
-    "MaxRAMPercentage",
-    "InitialRAMPercentage",
-    "MinRAMPercentage",
-    "ZAllocationSpikeTolerance",
-)
+XX_DECIMALS = (
+    "MaxRAMPercentage", "InitialRAMPercentage", "MinRAMPercentage", "ZAllocationSpikeTolerance",
+    "ZCollectionInterval",
+)  # fmt: skip
 XX_VALUES = {
     **dict.fromkeys(XX_COUNTS, COUNT),
     **dict.fromkeys(XX_SIZES, SIZE),
-    **dict.fromkeys(XX_PERCENTS, PERCENT),
+    **dict.fromkeys(XX_DECIMALS, DECIMAL),
     "ShenandoahGCHeuristics": r"adaptive|static|compact|aggressive",
     "NativeMemoryTracking": r"off|summary|detail",
 }
@@ -195,7 +192,7 @@ PROPERTY_NAMESPACES = (
     "java.", "javax.", "jdk.", "sun.", "com.sun.", "jvmci.", "graal.", "libgraal.",
     "truffle.", "polyglot.", "org.graalvm.", "com.oracle.", "com.ibm.", "openj9.", "os.",
     "user.", "file.", "line.separator", "path.separator", "log4j", "org.apache.logging.",
-    "asynclogger", "logback.", "slf4j.", "org.slf4j.", "javaagent",
+    "asynclogger", "logback.", "slf4j.", "org.slf4j.",
 )  # fmt: skip
 # Names in those namespaces that are plain switches, with the shape of their values.
 PROPERTY_EXCEPTIONS = {
@@ -232,7 +229,7 @@ REASONS = [
      "changes which classes the JVM loads or runs"),
     (r"-XX:(ErrorFile|HeapDumpPath|LogFile|SharedArchiveFile|StartFlightRecording)|-Xloggc"
      r"|-Xshare|-Xlog:.*file=", "reads or writes a file the tenant names"),
-    (r"-XX:MaxHeapSize|.*Xmx", "the heap is set by spark.executor.memory (Spark's launcher "
+    (r"-XX:MaxHeapSize|(?-i:.*Xmx)", "the heap is set by spark.executor.memory (Spark's launcher "
      "itself refuses Xmx in SPARK_EXECUTOR_OPTS)"),
 ]  # fmt: skip
 _REASONS = [(re.compile(pattern, re.IGNORECASE), reason) for pattern, reason in REASONS]
