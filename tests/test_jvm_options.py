@@ -36,7 +36,13 @@ from allocator.broker.server import BrokerOptions, BrokerService
 from allocator.engine_config import EngineConfig
 
 JAR, WHY_NO_JAR = launcher_jar()
-needs_spark = pytest.mark.skipif(JAR is None, reason=f"Spark's launcher: {WHY_NO_JAR}")
+
+
+def needs_spark(test):
+    """A test that runs Spark's launcher code in a JVM (left out of `make test-fast`)."""
+    skip = pytest.mark.skipif(JAR is None, reason=f"Spark's launcher: {WHY_NO_JAR}")
+    return pytest.mark.live(skip(test))
+
 
 # The reported bypasses of the shlex filter and other dangerous options, each with the option
 # the JVM would see (the string itself where it is one option).
@@ -401,7 +407,28 @@ def test_the_broker_launches_legit_options_unchanged(embedded, tmp_path: Path) -
     time.sleep(0.2)  # env -0 writes once; let it finish
     entries = dict(e.split("=", 1) for e in found[0].read_text().split("\0") if "=" in e)
     assert entries["SPARK_EXECUTOR_OPTS"] == value
-    if JAR is not None:  # what Spark's launcher makes of what the executor received
-        part = tenant_part(executor_command(JAR, entries["SPARK_EXECUTOR_OPTS"]))
-        assert part == check_jvm_options(value)
-        assert_safe(part)
+
+
+@needs_spark
+def test_a_real_driver_with_a_smuggled_agent_stops_at_registration(tmp_path: Path) -> None:
+    """The Spark plugin sends spark.executor.extraJavaOptions in SPARK_EXECUTOR_OPTS: a
+    driver carrying a bypass is refused at Register and no executor starts."""
+    from support.spark import HOSTS_JOB, Driver, executor_processes
+
+    options = BrokerOptions(
+        engine=EngineConfig("drf", interval=0.2), http_port=0, grpc_port=0,
+        state_dir=tmp_path / "broker", agents=AGENTS[:1],
+    )  # fmt: skip
+    conf = {"spark.executor.cores": "2", "spark.executor.memory": "640m",
+            "spark.executor.instances": "1",
+            "spark.executor.extraJavaOptions": '-Dx=1 "\\-javaagent:/tmp/a.jar"'}  # fmt: skip
+    with BrokerService(options) as service:
+        driver = Driver(service.http_address, [str(HOSTS_JOB), "1", "2", "0"], workdir=tmp_path,
+                        name="smuggler", conf=conf)  # fmt: skip
+        code, _ = driver.wait(timeout=180)
+        output = driver.output()
+        assert code != 0, output
+        assert "refused the registration" in output, output
+        assert "JVM option '-javaagent:/tmp/a.jar' is not allowed" in output, output
+        assert not service.broker.tenants
+    assert executor_processes(str(tmp_path)) == []
