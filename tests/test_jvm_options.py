@@ -28,6 +28,7 @@ from allocator.backends.jvm_options import (
     JvmOptionRefused,
     OptionStringError,
     check_jvm_options,
+    check_jvm_tokens,
     spark_split,
 )
 from allocator.backends.local import LocalCluster
@@ -334,9 +335,12 @@ def test_no_accepted_string_splits_into_a_dangerous_option(value: str) -> None:
 def test_no_accepted_string_splits_into_a_dangerous_option_in_spark(
     spark: SparkTokenizer, value: str
 ) -> None:
+    """The property of the brief, under Spark's own tokenization: every argument Spark makes
+    of an accepted string is on the allow-list, and none is dangerous."""
     if accepted(value):
         tokens = spark.split(value)
         assert tokens is not None
+        check_jvm_tokens(tokens)
         assert_safe(tokens)
 
 

@@ -291,10 +291,9 @@ def _single(token: str) -> _Verdict:
     return _Verdict(_PLAIN.fullmatch(token) is not None)
 
 
-def check_jvm_options(value: str) -> list[str]:
-    """The tokens of `value` (as Spark splits them) if every one is allowed; else raise
-    JvmOptionRefused naming the first refused option, or OptionStringError."""
-    tokens = spark_split(value)
+def check_jvm_tokens(tokens: list[str]) -> None:
+    """Raise JvmOptionRefused naming the first of the JVM's arguments `tokens` that the
+    allow-list refuses."""
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -310,6 +309,13 @@ def check_jvm_options(value: str) -> list[str]:
         if not verdict.ok:
             raise JvmOptionRefused(token, verdict.reason)
         i += 1
+
+
+def check_jvm_options(value: str) -> list[str]:
+    """The tokens of `value` (as Spark splits them) if every one is allowed; else raise
+    JvmOptionRefused naming the first refused option, or OptionStringError."""
+    tokens = spark_split(value)
+    check_jvm_tokens(tokens)
     if not OPTION_CHARACTERS.fullmatch(value):
         bad = next(ch for ch in value if not OPTION_CHARACTERS.fullmatch(ch))
         raise OptionStringError(
