@@ -192,9 +192,13 @@ class Broker:
                 broker=self._info(),
             )
 
-    def heartbeat(self, tenant_id: str) -> None:
+    def heartbeat(self, tenant_id: str) -> list[str]:
+        """Keeps the tenant's lease; returns its executors being reclaimed (LEAVING) until
+        they are gone, for its driver to decommission."""
         with self._lock:
-            self._tenant(tenant_id).last_seen = time.monotonic()
+            tenant = self._tenant(tenant_id)
+            tenant.last_seen = time.monotonic()
+            return [e for e, r in tenant.executors.items() if r.state is ExecutorState.LEAVING]
 
     def set_target(self, tenant_id: str, total: int) -> None:
         with self._lock:

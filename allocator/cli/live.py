@@ -10,6 +10,7 @@ import click
 from allocator.broker.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from allocator.cli.engine_options import engine_flags, engine_options
 from allocator.cli.option_types import ADMISSION_OPTION, FiniteFloat, LazyChoice
+from allocator.engine_config import RECLAIM_FIELDS
 
 TOKEN_ENV = "FAIRBROKER_TOKEN"
 
@@ -290,14 +291,30 @@ def status(broker: str, token: str | None, as_json: bool, master: str | None) ->
 
 @click.command()
 @_broker_address
-@engine_flags(("scheduler", "mode", "selection", "level", "trigger", "ties", "role_weights"))
-def configure(broker: str, token: str | None, role_weights: tuple[str, ...], **changes) -> None:
-    """Change a running broker's scheduler, mode, selection, level, trigger, ties or group
-    weights. The changes last until the broker stops: to keep them, put them in its
-    configuration (serve --config FILE, FAIRBROKER_* or flags)."""
+@engine_flags(
+    ("scheduler", "mode", "selection", "level", "trigger", "ties", "role_weights",
+     *RECLAIM_FIELDS)
+)  # fmt: skip
+@click.option(
+    "--no-protected-groups", is_flag=True,
+    help="Clear the protected groups: every group's executors may be reclaimed.",
+)  # fmt: skip
+def configure(
+    broker: str, token: str | None, role_weights: tuple[str, ...],
+    protected_groups: tuple[str, ...], no_protected_groups: bool, **changes,
+) -> None:  # fmt: skip
+    """Change a running broker's scheduler, mode, selection, level, trigger, ties, group
+    weights or reclaim knobs (--protected-group replaces the set). The changes last until
+    the broker stops: to keep them, put them in its configuration (serve --config FILE,
+    FAIRBROKER_* or flags)."""
+    from allocator.broker.proto import pb
     from allocator.cli.engine_options import role_weights_of
 
     weights = role_weights_of(role_weights)
+    if no_protected_groups and protected_groups:
+        raise click.UsageError("--protected-group and --no-protected-groups together")
+    if protected_groups or no_protected_groups:
+        changes["protected_groups"] = pb.GroupList(groups=protected_groups)
     with _client(broker, token) as client:
         info = client.configure(
             **{k: v for k, v in changes.items() if v is not None}, role_weights=weights
@@ -311,6 +328,21 @@ def render_engine(info) -> str:
         f"scheduler {info.scheduler}, {info.mode} mode, {info.selection} selection, "
         f"{info.level} level, {info.trigger} trigger, ties {info.ties}"
         + (f", group weights {weights}" if weights else "")
+        + f"; {render_reclaim(info)}"
+    )
+
+
+def render_reclaim(info) -> str:
+    """The reclaim knobs of a BrokerInfo, in words."""
+    if info.reclaim_after <= 0:
+        return "reclaim off"
+    protected = ", ".join(info.protected_groups)
+    return (
+        f"reclaim after {info.reclaim_after:g} s below the fair share (grace "
+        f"{info.reclaim_grace:g} s, min runtime {info.reclaim_min_runtime:g} s, at most "
+        f"{info.reclaim_per_run} per run and {info.reclaim_per_minute} per minute"
+        + (f", protected groups {protected}" if protected else "")
+        + ")"
     )
 
 
