@@ -208,19 +208,26 @@ BROKER_HELP = (
 
 def render_allocation(allocation) -> str:
     info = allocation.broker
+    reclaiming = info.reclaim_after > 0  # the fair share is computed only then
     lines = [
         f"scheduler {info.scheduler}, {info.mode} mode, {info.selection} selection, "
         f"{info.backend} backend; {info.grants_total} grants in {info.runs_total} runs",
         *([f"{info.backend}: {info.backend_status}"] if info.backend_status else []),
+        render_reclaim(info),
         "",
-        f"{'tenant':<28} {'group':<12} {'demand':<20} {'run':>4} {'want':>5} {'dom.share':>9}",
+        f"{'tenant':<28} {'group':<12} {'demand':<20} {'run':>4} "
+        + (f"{'fair':>4} " if reclaiming else "")
+        + f"{'want':>5} {'dom.share':>9}",
     ]
     for t in allocation.tenants:
         demand = " ".join(f"{r}={v:g}" for r, v in sorted(t.demand.items()))
         flag = "" if t.declared else " (obl.)"
+        leaving = sum(e.state == "LEAVING" for e in t.executors)
         lines.append(
             f"{t.tenant_id:<28} {t.group:<12} {demand + flag:<20} {t.running:>4} "
-            f"{t.target:>5} {t.dominant_share:>9.3f}"
+            + (f"{t.fair_share:>4} " if reclaiming else "")
+            + f"{t.target:>5} {t.dominant_share:>9.3f}"
+            + (f"  ({leaving} leaving)" if leaving else "")
         )
     # as wide as the longest name: a Mesos agent id is 39+ characters (with @role more)
     name = max([len(a.name) for a in allocation.agents] + [10])
