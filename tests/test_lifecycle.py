@@ -28,7 +28,11 @@ Event = Callable[[Standing], tuple[Standing, Refusals]]
 
 
 def exited(
-    registered: bool = False, ran: float = 1.0, *, killing: bool = False, others: int = 0,
+    registered: bool = False,
+    ran: float = 1.0,
+    *,
+    killing: bool = False,
+    others: int = 0,
     reclaimed: bool = False,
 ) -> Event:
     """An executor on a1 ended (its exit code or signal is not an input: any counts alike),

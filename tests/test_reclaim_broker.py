@@ -14,7 +14,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 from support.broker import RecordingBackend, http, request
-from support.commands import run_fairbroker
+from support.commands import one_line_error, run_fairbroker
 from support.polling import wait_for
 
 from allocator.backends.base import AgentInfo, ExecutorState
@@ -267,7 +267,9 @@ def test_a_reclaimed_executor_exiting_at_once_never_rests_its_tenant() -> None:
         broker.allocate_once()
         assert held(broker) == {"A": {"RUNNING": 2}, "B": {"LAUNCHING": 2}}
         # control: A's other two executors, not reclaimed, exiting as quickly
-        others = [s for s in backend.launched if s.tenant_id == "A" and s.executor_id not in leaving]
+        others = [
+            s for s in backend.launched if s.tenant_id == "A" and s.executor_id not in leaving
+        ]
         assert len(others) == 2
         for spec in others:
             backend.report(spec, ExecutorState.FAILED)
@@ -315,3 +317,48 @@ def test_the_kill_follows_the_grace_and_a_restart_keeps_the_reclaims(tmp_path: P
         assert time.time() >= max(deadlines.values())
     finally:
         broker.stop()
+
+
+def test_configure_changes_the_reclaim_knobs_of_a_live_broker(tmp_path: Path) -> None:
+    """`fairbroker configure` changes every reclaim knob of a running broker (over HTTP and
+    gRPC alike), turns reclaim off and on, replaces and clears the protected groups, and
+    refuses a value out of range without changing anything."""
+    options = BrokerOptions(
+        engine=EngineConfig.mesos("drf", reclaim_after=30), http_port=0, grpc_port=0,
+        state_dir=tmp_path, token=TOKEN, persist=False,
+    )  # fmt: skip
+    with BrokerService(options, backend=RecordingBackend()) as service:
+        config = lambda: service.broker.engine.config  # noqa: E731
+
+        def configure(*args: str, port: str = service.http_address):
+            return run_fairbroker("configure", "--broker", port, "--token", TOKEN, *args)
+
+        done = configure(
+            "--reclaim-after", "12", "--reclaim-grace", "3", "--reclaim-min-runtime", "1",
+            "--reclaim-per-run", "4", "--reclaim-per-minute", "7", "--protected-group", "prod",
+            "--protected-group", "etl",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert (config().reclaim_after, config().reclaim_grace, config().reclaim_min_runtime,
+                config().reclaim_per_run, config().reclaim_per_minute,
+                config().protected_groups) == (12, 3, 1, 4, 7, ("etl", "prod"))  # fmt: skip
+        assert done.stdout.strip().endswith(
+            "; reclaim after 12 s below the fair share (grace 3 s, min runtime 1 s, at most 4 "
+            "per run and 7 per minute, protected groups etl, prod)"
+        )
+        done = configure("--reclaim-after", "0", port=service.grpc_address)
+        assert done.returncode == 0, done.stderr
+        assert config().reclaim_after == 0 and done.stdout.strip().endswith("; reclaim off")
+        assert config().protected_groups == ("etl", "prod")  # a knob not given is kept
+        done = configure("--no-protected-groups", "--reclaim-after", "30")
+        assert done.returncode == 0, done.stderr
+        assert config().protected_groups == () and config().reclaim_after == 30
+        before = config()
+        for args in (["--reclaim-grace", "-1"], ["--reclaim-after", "nan"]):
+            done = configure(*args)
+            one_line_error(done, args[0])  # refused before it reaches the broker
+        status, reply = http(service, "Configure", b'{"reclaimPerRun": -1}')
+        assert status == 400 and "reclaim_per_run" in reply["error"], reply
+        status, reply = http(service, "Configure", b'{"protectedGroups": {"groups": ["a b"]}}')
+        assert status == 400 and "protected_groups" in reply["error"], reply
+        assert config() == before

@@ -141,12 +141,14 @@ SPECS: dict[str, Spec] = {
     "fairbroker_tenant_grants": _counter(TENANT, "Executors launched for the tenant."),
     "fairbroker_tenant_kills": _counter(TENANT, "Executors killed at the tenant's request."),
     "fairbroker_fair_share_executors": _gauge(
-        TENANT, "The tenant's fair share in executors: what it would hold if every tenant's "
-        "demand were placed from an empty cluster, capped by its target (while reclaim is on)."
+        TENANT,
+        "The tenant's fair share in executors: what it would hold if every tenant's demand "
+        "were placed from an empty cluster, capped by its target (while reclaim is on).",
     ),
     "fairbroker_reclaimed_executors": _counter(
-        ("tenant",), "Executors reclaimed from the tenant (asked to leave so that a tenant "
-        "below its fair share gets room)."
+        ("tenant",),
+        "Executors reclaimed from the tenant (asked to leave so that a tenant below its fair "
+        "share gets room).",
     ),
     "fairbroker_group_allocated": _gauge(("group",), "Resources allocated to the group.", True),
     "fairbroker_group_allocated_ratio": _gauge(
