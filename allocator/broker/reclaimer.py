@@ -133,6 +133,9 @@ class Reclaimer:
         self.fair = FairShareWorker()
         self.leaving: dict[tuple[str, str], Leaving] = {}
         self.waiting_since: dict[str, float] = {}  # tenant -> broker clock
+        # One RunningExecutor per live executor, kept between runs: building tens of
+        # thousands of them at every run cost more than the selection itself.
+        self._known: dict[tuple[str, str], RunningExecutor] = {}
         self._recent: deque[float] = deque()  # broker clock of each reclaim in the last minute
 
     # ---- what the API shows ------------------------------------------------------------
@@ -148,6 +151,7 @@ class Reclaimer:
     # ---- events --------------------------------------------------------------------------
     def gone(self, tenant_id: str, executor_id: str) -> bool:
         """An executor's process is gone (or forgotten); True if it was being reclaimed."""
+        self._known.pop((tenant_id, executor_id), None)
         return self.leaving.pop((tenant_id, executor_id), None) is not None
 
     def recover(self, tenants: Mapping[str, Tenant], stored: list[StoredReclaim]) -> None:
@@ -179,6 +183,10 @@ class Reclaimer:
         """Kill the overdue, then choose and record this run's reclaims (returned)."""
         for key in [k for k in self.leaving if k[1] not in _executors_of(tenants, k[0])]:
             del self.leaving[key]  # forgotten without an exit (agent lost, never reported)
+        if len(self._known) > sum(len(t.executors) for t in tenants.values()):
+            self._known = {
+                k: v for k, v in self._known.items() if k[1] in _executors_of(tenants, k[0])
+            }
         self._kill_overdue(time.time())
         config = engine.config
         if not config.reclaims:
@@ -232,19 +240,26 @@ class Reclaimer:
             else:
                 self.waiting_since.pop(name, None)
 
-    @staticmethod
-    def _running(tenants: Mapping[str, Tenant], fair: FairShare) -> list[RunningExecutor]:
+    def _running(self, tenants: Mapping[str, Tenant], fair: FairShare) -> list[RunningExecutor]:
         """The executors holding capacity that the fair share knows of; those killed at a
         tenant's request are left out (they leave anyway; their room is as good as free)."""
         frameworks = set(fair.cluster.framework_names)
         agents = set(fair.cluster.agent_names)
-        return [
-            RunningExecutor(executor_id, name, record.spec.agent, record.granted_at)
-            for name, tenant in tenants.items()
-            if name in frameworks
-            for executor_id, record in tenant.executors.items()
-            if record.state is not ExecutorState.KILLING and record.spec.agent in agents
-        ]
+        known = self._known
+        out = []
+        for name, tenant in tenants.items():
+            if name not in frameworks:
+                continue
+            for executor_id, record in tenant.executors.items():
+                if record.state is ExecutorState.KILLING or record.spec.agent not in agents:
+                    continue
+                running = known.get((name, executor_id))
+                if running is None:
+                    running = known[name, executor_id] = RunningExecutor(
+                        executor_id, name, record.spec.agent, record.granted_at
+                    )
+                out.append(running)
+        return out
 
     def _ask_to_leave(
         self, tenant: Tenant, decision: Reclaim, now: float, config: EngineConfig
