@@ -7,7 +7,7 @@ role's rank first); and for every agent the first reason, in this order, why it 
 there:
 
 - `constraint`: a placement constraint the agent does not meet (which attribute);
-- `resting`: the caller's rest after failures (the broker's, passed in), until when;
+- `resting`: the caller's rest on that agent after failures (the broker's), until when;
 - `limit`: the framework holds its target;
 - `refused`: a refuse filter (a Mesos filter or a decline), until when;
 - `full`: one more task does not fit in what is free (what is missing);
@@ -19,6 +19,7 @@ broker adds the events (grants, reclaims) from its own records.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -69,29 +70,50 @@ class Explanation:
         return asdict(self)
 
     def text(self) -> str:
-        share = "?" if self.fair_share is None else str(self.fair_share)
-        demand = ", ".join(f"{r} {_amount(v)}" for r, v in self.demand.items() if v)
-        lines = [
-            f"tenant {self.tenant}: holds {self.held}, wants {self.wants}, fair share {share} "
-            f"(executor: {demand})"
-        ]
-        for level, rank in (("role", self.role), ("tenant", self.criterion)):
-            if rank is None:
-                continue
-            place = f"rank {rank.rank} of {rank.of}" if rank.rank else "not waiting"
-            lines.append(f"  {level} {rank.name} {rank.value:.4g} ({rank.detail}); {place}")
-            if rank.ahead:
-                lines.append(f"    served before it: {rank.ahead}")
-        if self.waiting:
-            lines.append("  agents where it gets nothing:")
-            width = max(len(item.agent) for item in self.waiting)
-            for item in self.waiting:
-                lines.append(f"    {item.agent:<{width}}  {item.reason:<12}  {item.detail}")
-        else:
-            lines.append("  no agent holds it back")
-        for event in self.events:
-            lines.append("  " + " ".join(f"{k}={v}" for k, v in event.items()))
-        return "\n".join(lines)
+        return render(self.as_dict())
+
+
+def render(data: Mapping[str, Any]) -> str:
+    """An explanation as text, from its dict form (`Explanation.as_dict()`, or the broker's
+    `Explanation` message as a dict with its field names)."""
+    share = data.get("fair_share")
+    share_text = "not computed (reclaim off)" if share is None or share < 0 else str(share)
+    demand = ", ".join(f"{r} {_amount(v)}" for r, v in data.get("demand", {}).items() if v)
+    lines = [
+        f"tenant {data['tenant']}: holds {data.get('held', 0)}, wants {data.get('wants', 0)}, "
+        f"fair share {share_text} (executor: {demand})"
+    ]
+    for level in ("role", "criterion"):
+        rank = data.get(level)
+        if not rank:
+            continue
+        place = (
+            f"rank {rank['rank']} of {rank.get('of', 0)}" if rank.get("rank") else "wants no more"
+        )
+        lines.append(
+            f"  {'group' if level == 'role' else 'tenant'}: {rank.get('name', '')} "
+            f"{rank.get('value', 0.0):.4g} ({rank.get('detail', '')}); {place}"
+        )
+        if rank.get("ahead"):
+            lines.append(f"    served before it: {rank['ahead']}")
+    waiting = data.get("waiting", [])
+    if waiting:
+        lines.append("  agents where it gets nothing:")
+        width = max(len(item["agent"]) for item in waiting)
+        for item in waiting:
+            lines.append(f"    {item['agent']:<{width}}  {item['reason']:<12}  {item['detail']}")
+    else:
+        lines.append("  no agent holds it back")
+    events = data.get("events", [])
+    if events:
+        lines.append("  recent events (newest first):")
+    for event in events:
+        when = time.strftime("%H:%M:%S", time.localtime(event.get("time", 0.0)))
+        lines.append(
+            f"    {when} {event.get('kind', '')} executor {event.get('executor_id', '')} on "
+            f"{event.get('agent', '')}: {event.get('rule', '')}"
+        )
+    return "\n".join(lines)
 
 
 def explain(
@@ -99,11 +121,11 @@ def explain(
     framework: str,
     now: float,
     fair_share: Mapping[str, int] | None = None,
-    resting_until: float | None = None,
+    rests: Mapping[str, float] | None = None,
 ) -> Explanation:
     """Why `framework` gets no task on each agent at `now` (see the module's docstring).
-    `fair_share`: framework -> executors (`allocator.fair_share`); `resting_until`: the
-    broker's rest of this framework after failures, if any."""
+    `fair_share`: framework -> executors (`allocator.fair_share`); `rests`: agent -> until
+    when the broker rests this framework there after failures (same clock as `now`)."""
     record = engine.frameworks[framework]
     state = engine.snapshot(now)
     cluster = state.cluster
@@ -119,7 +141,7 @@ def explain(
         criterion.name, values, within, servable, n, cluster.framework_names, _why(state, n)
     )
     role_values = _values(criterion, RoleHoldings.of(state)) if role_level else None
-    waiting = _agent_reasons(engine, state, n, now, resting_until, criterion, role_values)
+    waiting = _agent_reasons(engine, state, n, now, rests or {}, criterion, role_values)
     share = None if fair_share is None else fair_share.get(framework)
     return Explanation(
         tenant=framework,
@@ -199,7 +221,7 @@ def _agent_reasons(
     state: AllocationState,
     n: int,
     now: float,
-    resting_until: float | None,
+    rests: Mapping[str, float],
     criterion: Any,
     role_values: np.ndarray | None,
 ) -> list[AgentReason]:
@@ -216,8 +238,8 @@ def _agent_reasons(
         mismatch = _constraint_mismatch(record.constraints, engine.agents[agent].attributes)
         if mismatch is not None:
             out.append(AgentReason(agent, "constraint", mismatch))
-        elif resting_until is not None and resting_until > now:
-            out.append(AgentReason(agent, "resting", _until("after failures", resting_until, now)))
+        elif rests.get(agent, now) > now:
+            out.append(AgentReason(agent, "resting", _until("after failures", rests[agent], now)))
         elif held >= record.target:
             out.append(AgentReason(agent, "limit", f"target {int(record.target)} reached"))
         elif not cluster.eligible[n, i]:  # the snapshot applied a refuse filter that holds

@@ -78,8 +78,8 @@ def test_limit_refused_and_resting():
     assert reasons(answer) == {"a3": "refused"}
     assert answer.waiting[0].detail == "refuse filter, 6.0 s left"
     assert reasons(explain(engine, "B", 11.0)) == {}  # expired: nothing holds it back
-    rested = explain(engine, "B", 4.0, resting_until=64.0)
-    assert set(reasons(rested).values()) == {"resting"}
+    rested = explain(engine, "B", 4.0, rests={"a1": 64.0, "a3": 2.0})
+    assert reasons(rested) == {"a1": "resting", "a3": "refused"}  # a3's rest is over
     assert "60.0 s left" in rested.waiting[0].detail
 
 

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.broker import RecordingBackend, http, request
 from support.commands import one_line_error, run_fairbroker
 from support.polling import wait_for
+from support.standin import held, stand_in_spark
 
 from allocator.backends.base import AgentInfo, ExecutorState
 from allocator.backends.local import MARKER, LocalCluster
@@ -33,20 +34,6 @@ AGENTS = [
 SLOTS = 18
 DEMAND = {"cpus": 1.0, "mem": 512.0}
 TOKEN = "s3cret"
-
-
-def stand_in_spark(tmp_path: Path, ignore_term: bool = False) -> Path:
-    """spark-class as a bash script: says it registered with its driver, then would live
-    300 s (its command line keeps the executor's arguments, as the JVM's does)."""
-    home = tmp_path / "spark"
-    (home / "bin").mkdir(parents=True)
-    script = home / "bin" / "spark-class"
-    trap = 'trap "" TERM\n' if ignore_term else ""
-    script.write_text(
-        f"#!/bin/bash\n{trap}echo 'Successfully registered with driver' >&2\nsleep 300\n"
-    )
-    script.chmod(0o755)
-    return home
 
 
 def marked(workdir: Path, leaders: bool = True) -> set[int]:
@@ -69,17 +56,6 @@ def marked(workdir: Path, leaders: bool = True) -> set[int]:
         ):
             found.add(int(entry.name))
     return found
-
-
-def held(broker: Broker) -> dict[str, dict[str, int]]:
-    """Tenant -> executor state -> count."""
-    with broker._lock:
-        out: dict[str, dict[str, int]] = {}
-        for name, tenant in broker.tenants.items():
-            for record in tenant.executors.values():
-                by_state = out.setdefault(name, {})
-                by_state[record.state.value] = by_state.get(record.state.value, 0) + 1
-        return out
 
 
 def test_a_late_tenant_gets_its_fair_share_back_on_the_embedded_cluster(tmp_path: Path) -> None:

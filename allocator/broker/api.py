@@ -51,6 +51,10 @@ def _configure(broker: Broker, request: pb.ConfigureRequest) -> pb.BrokerInfo:
     return broker.info()
 
 
+def _explain(broker: Broker, request: pb.TenantRef) -> pb.Explanation:
+    return broker.explain(request.tenant_id)
+
+
 CALLS: dict[str, Call] = {
     "Register": Call(pb.RegisterRequest, _register),
     "Heartbeat": Call(pb.TenantRef, _heartbeat),
@@ -59,6 +63,7 @@ CALLS: dict[str, Call] = {
     "Unregister": Call(pb.TenantRef, _unregister),
     "GetAllocation": Call(pb.AllocationRequest, _allocation),
     "Configure": Call(pb.ConfigureRequest, _configure),
+    "Explain": Call(pb.TenantRef, _explain),
 }
 
 HTTP_STATUS = {

@@ -57,6 +57,9 @@ class BrokerClient:
     def allocation(self) -> pb.Allocation:
         return self._call("GetAllocation", pb.AllocationRequest())
 
+    def explain(self, tenant_id: str) -> pb.Explanation:
+        return self._call("Explain", pb.TenantRef(tenant_id=tenant_id))
+
     def configure(
         self,
         scheduler: str = "",

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from allocator.backends.base import AgentInfo, Backend, ExecutorState, LaunchSpec, TaskStatus
 from allocator.broker import faults, tenants
 from allocator.broker.errors import ApiError, invalid, unavailable
+from allocator.broker.explanation import explanation_message
 from allocator.broker.limits import Limits
 from allocator.broker.loop import AllocationLoop
 from allocator.broker.proto import pb
@@ -35,6 +36,7 @@ from allocator.broker.validation import (
 from allocator.engine import Engine, EngineError
 from allocator.engine_config import EngineConfig
 from allocator.errors import FairbrokerError
+from allocator.explain import explain
 from allocator.state import Mode
 
 log = logging.getLogger(__name__)
@@ -278,6 +280,17 @@ class Broker:
                 entry.fair_share = shares.get(entry.tenant_id, 0)
                 entry.executors.extend(executor_messages(tenant.executors.values()))
             return allocation
+
+    def explain(self, tenant_id: str) -> pb.Explanation:
+        """Why the tenant waits, from the engine's state now (allocator/explain.py)."""
+        with self._lock:
+            tenant = self._tenant(tenant_id)
+            config = self.engine.config
+            shares = self.reclaimer.fair_shares(config) if config.reclaims else None
+            answer = explain(
+                self.engine, tenant_id, time.monotonic(), shares, tenant.standing.rests
+            )
+            return explanation_message(answer, tenant, self.reclaimer.history, config)
 
     # ---- internals ---------------------------------------------------------------------
     def _info(self) -> pb.BrokerInfo:

@@ -46,6 +46,7 @@ from allocator.reclaim import Reclaim, RunningExecutor, select_reclaims
 log = logging.getLogger(__name__)
 
 MINUTE = 60.0  # the window of `reclaim_per_minute`
+HISTORY = 256  # reclaims kept for `explain`
 
 
 class FairShareWorker:
@@ -137,6 +138,8 @@ class Reclaimer:
         # thousands of them at every run cost more than the selection itself.
         self._known: dict[tuple[str, str], RunningExecutor] = {}
         self._recent: deque[float] = deque()  # broker clock of each reclaim in the last minute
+        #: The last reclaims with their unix time, for `explain` (bounded: reclaims are few)
+        self.history: deque[tuple[float, Reclaim]] = deque(maxlen=HISTORY)
 
     # ---- what the API shows ------------------------------------------------------------
     def fair_shares(self, config: EngineConfig) -> dict[str, int]:
@@ -278,6 +281,7 @@ class Reclaimer:
         record.state = ExecutorState.LEAVING
         self.leaving[key] = Leaving(decision, deadline)
         self._recent.append(now)
+        self.history.append((time.time(), decision))
         tenant.reclaimed += 1
         log.info(
             "reclaim: executor %s/%s on %s leaves for %s (%s holds %d, fair share %d; %s holds "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 
@@ -485,4 +486,31 @@ def _check_running_broker(broker: str, token: str | None, engine) -> None:
         )
 
 
-COMMANDS = (serve, status, configure, batch)
+@click.command()
+@click.argument("tenant")
+@_broker_address
+@click.option("--json", "as_json", is_flag=True, help="The explanation as JSON.")
+def explain(tenant: str, broker: str, token: str | None, as_json: bool) -> None:
+    """Why TENANT waits: its fair share, the criterion value that orders it, and for every
+    agent why it gets no executor there (constraint, resting, limit, refused, full,
+    waiting_turn), with the last grants and reclaims that touched it."""
+    from google.protobuf import json_format
+
+    from allocator.explain import render
+
+    with _client(broker, token) as client:
+        answer = client.explain(tenant)
+    data = json_format.MessageToDict(
+        answer, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    if not answer.HasField("role"):
+        data.pop("role", None)
+    if data["fair_share"] < 0:
+        data["fair_share"] = None  # not computed: reclaim is off
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        click.echo(render(data))
+
+
+COMMANDS = (serve, status, configure, batch, explain)
