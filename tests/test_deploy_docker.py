@@ -6,6 +6,7 @@ No container engine runs here: images are not built, the tools that need none ar
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -30,9 +31,7 @@ PAPER_AGENTS = Counter({(4, 14 * 1024, "t1"): 2, (8, 8 * 1024, "t2"): 2, (6, 11 
 
 
 def tool(name: str) -> str:
-    found = shutil.which(name) or (
-        str(DEPLOY_BIN / name) if (DEPLOY_BIN / name).exists() else None
-    )
+    found = shutil.which(name) or (str(DEPLOY_BIN / name) if (DEPLOY_BIN / name).exists() else None)
     if found is None:
         message = f"{name} is not installed (make system-deps deploy-tools)"
         if os.environ.get("CI"):  # `make test` installs it: missing in CI is a failure
@@ -76,7 +75,7 @@ def test_agents_are_paper_002s_six_servers(resolved: dict) -> None:
         resources = dict(r.split(":") for r in env["MESOS_RESOURCES"].split(";"))
         attributes = dict(a.split(":") for a in env["MESOS_ATTRIBUTES"].split(";"))
         found[(float(resources["cpus"]), float(resources["mem"]), attributes["type"])] += 1
-        assert env["MESOS_MASTER"].startswith("zk://zookeeper:2181/")
+        assert env["MESOS_MASTER"] == "mesos-master:5050"  # not through ZooKeeper
         assert env["MESOS_HOSTNAME"] == service["hostname"] == name
         assert service["depends_on"]["mesos-master"]["condition"] == "service_healthy"
     assert found == PAPER_AGENTS
@@ -87,6 +86,16 @@ def test_every_service_is_healthchecked_pinned_and_unprivileged(resolved: dict) 
         line.split("=", 1) for line in (DOCKER / ".env").read_text().splitlines()
         if line and not line.startswith("#")
     )  # fmt: skip
+    # nothing secret is committed: no password, secret or token in .env or compose.yaml
+    for key in env_file:
+        assert not re.search(r"PASSWORD|SECRET|TOKEN|CREDENTIAL", key), key
+    text = (DOCKER / "compose.yaml").read_text() + (DOCKER / ".env").read_text()
+    assert "change-me" not in text and "admin:admin" not in text
+    for name, service in resolved["services"].items():
+        for key, value in (service.get("environment") or {}).items():
+            if re.search(r"PASSWORD|SECRET|TOKEN|CREDENTIAL", key):  # a file, never a value
+                assert key.endswith(("_FILE", "CREDENTIALS", "CREDENTIAL")), (name, key)
+                assert str(value).startswith("/run/"), (name, key)
     for name, service in resolved["services"].items():
         assert service.get("healthcheck", {}).get("test"), f"{name}: no healthcheck"
         image = service["image"]
@@ -129,45 +138,178 @@ def test_the_broker_is_a_mesos_framework_with_its_role_quota_and_a_valid_config(
     assert scrape["scrape_configs"][0]["static_configs"][0]["targets"] == ["broker:7082"]
 
 
-def test_the_broker_requires_a_token_made_at_first_start(resolved: dict, tmp_path: Path) -> None:
-    """The broker's tenant API listens beyond loopback (0.0.0.0 in the image): it reads a token
-    file that a one-shot service makes before it starts, and the batch client sends it."""
+def volume_at(service: dict, directory: str) -> str:
+    (name,) = [v.split(":")[0] for v in service["volumes"] if v.split(":")[1] == directory]
+    return name
+
+
+def run_secrets(resolved: dict, root: Path) -> dict[str, Path]:
+    """docker/make_secrets.py run as the `secrets` service runs it, each of its directories moved
+    under root; {container directory: local directory}."""
+    service = resolved["services"]["secrets"]
+    args = list(service["command"])
+    moved = {}
+    for i, arg in enumerate(args):
+        key, _, value = arg.partition("=")
+        if value.startswith("/run/"):
+            moved[value] = root / value.strip("/").replace("/", "_")
+            args[i] = f"{key}={moved[value]}"
+    script = DOCKER / "make_secrets.py"
+    assert f"{script}:/opt/make_secrets.py:ro" in service["volumes"]
+    assert service["entrypoint"] == ["python", "/opt/make_secrets.py"]
+    subprocess.run([sys.executable, str(script), *args], check=True, timeout=30)
+    return moved
+
+
+def test_secrets_are_drawn_at_first_start_kept_and_mounted_only_where_needed(
+    resolved: dict, tmp_path: Path
+) -> None:
+    """The broker's tenant API listens beyond loopback and Mesos requires credentials: the
+    one-shot `secrets` service draws every secret into its own volume before anything starts,
+    and each service mounts only the volumes it needs."""
     services = resolved["services"]
-    broker, maker, client = services["broker"], services["broker-token"], services["client"]
+    broker, maker, client = services["broker"], services["secrets"], services["client"]
     config, _ = load_serve_config({}, None, {k: str(v) for k, v in broker["environment"].items()})
     assert config.token_file is not None and config.token is None
+    assert config.principal == "fairbroker" and config.secret_file is not None
     runtime = (DOCKER / "broker" / "Dockerfile").read_text().split("AS runtime", 1)[1]
     assert re.search(r"^\s+FAIRBROKER_HOST=0\.0\.0\.0", runtime.split("AS client")[0], re.M)
-
-    def volume_at(service: dict, directory: Path) -> str:
-        (name,) = [v.split(":")[0] for v in service["volumes"] if v.split(":")[1] == str(directory)]
-        return name
-
-    directory = config.token_file.parent
-    volume = volume_at(broker, directory)
-    assert volume == volume_at(maker, directory) == volume_at(client, directory)
-    assert broker["depends_on"]["broker-token"]["condition"] == "service_completed_successfully"
-    assert maker["restart"] == "no" and maker["entrypoint"] == ["python", "-c"]
+    assert maker["restart"] == "no" and maker["network_mode"] == "none"
+    for name in ("broker", "mesos-master", "grafana"):
+        condition = services[name]["depends_on"]["secrets"]["condition"]
+        assert condition == "service_completed_successfully", name
+    # who mounts which secret volume
+    secret_volumes = {v.split(":")[0] for v in maker["volumes"]} - {str(DOCKER / "make_secrets.py")}
+    mounts = {
+        name: {v.split(":")[0] for v in s.get("volumes", [])} & secret_volumes
+        for name, s in services.items() if name != "secrets"
+    }  # fmt: skip
+    agents = {n for n in services if n.startswith("agent-")}
+    assert mounts == {
+        **{n: set() for n in services if n != "secrets"},
+        "broker": {"broker-token", "broker-mesos"},
+        "client": {"broker-token"},  # the drivers: the tenant token, not the Mesos secret
+        "mesos-setup": {"broker-mesos"},
+        "mesos-master": {"mesos-credentials"},
+        "grafana": {"grafana-admin"},
+        **{n: {"agent-credential"} for n in agents},
+    }
+    token_dir = str(config.token_file.parent)
+    assert volume_at(broker, token_dir) == volume_at(maker, token_dir) == "broker-token"
+    assert volume_at(client, token_dir) == "broker-token"
     # the client's entrypoint exports the token for every fairbroker command
     script = client["entrypoint"][2].replace("$$", "$")
     assert f'FAIRBROKER_TOKEN="$(cat {config.token_file})" exec fairbroker "$@"' == script
-    # the maker's program, run here on a temporary directory: a random token, kept on a rerun
-    (program,) = maker["command"]
-    program = program.replace(str(directory), str(tmp_path))
-    if os.geteuid() != 0:  # handing the file to user 10001 needs root, as in the container
-        program = program.replace("os.chown(token, 10001, 10001);", "")
-    token = tmp_path / config.token_file.name
-    subprocess.run([sys.executable, "-c", program], check=True, timeout=30)
-    first = token.read_text()
-    assert len(first.strip()) >= 40 and first.endswith("\n")
-    assert token.stat().st_mode & 0o777 == 0o400
-    if os.geteuid() == 0:
-        assert (token.stat().st_uid, token.stat().st_gid) == (10001, 10001)
-    subprocess.run([sys.executable, "-c", program], check=True, timeout=30)
-    assert token.read_text() == first
+    grafana = services["grafana"]["environment"]
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in grafana
+    assert grafana["GF_SECURITY_ADMIN_PASSWORD__FILE"] == "/run/grafana/admin-password"
+
+    # the program itself: random secrets, consistent credentials, kept on a rerun
+    moved = run_secrets(resolved, tmp_path)
+    token = moved[token_dir] / config.token_file.name
+    mesos_secret = moved[str(config.secret_file.parent)] / config.secret_file.name
+    master_env = services["mesos-master"]["environment"]
+    agent_env = services["agent-t1-a"]["environment"]
+    credentials = moved["/run/mesos"] / Path(master_env["MESOS_CREDENTIALS"]).name
+    credential = moved["/run/mesos-agent"] / Path(agent_env["MESOS_CREDENTIAL"]).name
+    password = moved["/run/grafana"] / "admin-password"
+    first = {p: p.read_text() for p in (token, mesos_secret, credentials, credential, password)}
+    for path, text in first.items():
+        assert path.stat().st_mode & 0o777 == 0o400, path
+        assert len(text.strip()) >= 32 and "change-me" not in text, path
+    entries = json.loads(first[credentials])["credentials"]
+    assert entries == [
+        json.loads(first[credential]),
+        {"principal": config.principal, "secret": first[mesos_secret].strip()},
+    ]
+    assert entries[0]["secret"] != entries[1]["secret"]
+    if os.geteuid() == 0:  # handed to the readers' users, as in the container
+        assert (token.stat().st_uid, mesos_secret.stat().st_uid, password.stat().st_uid) == (
+            10001, 10001, 472
+        )  # fmt: skip
+    run_secrets(resolved, tmp_path)
+    assert {p: p.read_text() for p in first} == first
     token.unlink()
-    subprocess.run([sys.executable, "-c", program], check=True, timeout=30)
-    assert token.read_text() != first
+    credential.unlink()
+    run_secrets(resolved, tmp_path)
+    assert token.read_text() != first[token]
+    # a new agent secret: the masters' credentials follow it
+    assert (
+        json.loads(credentials.read_text())["credentials"][0]
+        == json.loads(credential.read_text())
+        != json.loads(first[credential])
+    )
+
+
+def test_agents_share_a_network_with_the_master_and_the_drivers_only(resolved: dict) -> None:
+    """The agents run tenants' code: they must not reach ZooKeeper, the broker, Prometheus,
+    Alertmanager or Grafana."""
+    services = resolved["services"]
+    networks = {name: set(s.get("networks", {})) for name, s in services.items()}
+    agents = {n for n in services if n.startswith("agent-")}
+    for name in agents:
+        assert networks[name] == {"mesos", "spark"}, name
+    reachable = {
+        other for other, nets in networks.items() for name in agents if nets & networks[name]
+    } - agents  # fmt: skip
+    assert reachable == {"mesos-master", "client"}
+    assert networks["mesos-master"] == {"control", "mesos"}
+    assert networks["client"] == {"tenant", "spark"}  # the broker's tenant API, the executors
+    for name in ("zookeeper", "prometheus", "alertmanager", "grafana"):
+        assert networks[name] == {"control"}, name
+    assert networks["broker"] == {"control", "tenant"}
+
+
+def test_mesos_requires_authentication_of_agents_frameworks_and_http(resolved: dict) -> None:
+    services = resolved["services"]
+    master = services["mesos-master"]["environment"]
+    assert {k: master[k] for k in master if "AUTH" in k} == {
+        "MESOS_AUTHENTICATE_AGENTS": "true",
+        "MESOS_AUTHENTICATE_FRAMEWORKS": "true",
+        "MESOS_AUTHENTICATE_HTTP_FRAMEWORKS": "true",
+        "MESOS_HTTP_FRAMEWORK_AUTHENTICATORS": "basic",
+        "MESOS_AUTHENTICATE_HTTP_READONLY": "true",
+        "MESOS_AUTHENTICATE_HTTP_READWRITE": "true",
+    }
+    for name in (n for n in services if n.startswith("agent-")):
+        env = services[name]["environment"]
+        assert env["MESOS_CREDENTIAL"].startswith("/run/mesos-agent/"), name
+        assert env["MESOS_AUTHENTICATE_HTTP_READONLY"] == "true", name
+        assert env["MESOS_AUTHENTICATE_HTTP_READWRITE"] == "true", name
+    # the quota job authenticates as the broker's principal, the secret read from stdin
+    setup = " ".join(services["mesos-setup"]["command"])
+    assert "curl -fsS -K - " in setup and "/run/fairbroker-mesos/secret" in setup
+
+
+def test_prometheus_sends_alerts_to_an_alertmanager_with_a_route(resolved: dict) -> None:
+    services = resolved["services"]
+    scrape = yaml.safe_load((DOCKER / "prometheus.yml").read_text())
+    (target,) = scrape["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
+    host, _, port = target.partition(":")
+    assert host == "alertmanager" and port == "9093"
+    manager = services["alertmanager"]
+    assert f"{REPO / 'deploy' / 'alertmanager.yml'}:/etc/alertmanager/alertmanager.yml:ro" in (
+        manager["volumes"]
+    )  # fmt: skip
+    assert services["prometheus"]["depends_on"]["alertmanager"]["condition"] == "service_healthy"
+    config = yaml.safe_load((REPO / "deploy" / "alertmanager.yml").read_text())
+    receivers = {r["name"] for r in config["receivers"]}
+    assert config["route"]["receiver"] in receivers
+    routes = {r["matchers"][0]: r["receiver"] for r in config["route"]["routes"]}
+    assert routes == {'severity="critical"': "page", 'severity="warning"': "ticket"}
+    # every alert has a severity that a route names, and a runbook entry under its name
+    rules = yaml.safe_load((REPO / "deploy" / "alerts.yml").read_text())
+    operations = (REPO / "docs" / "operations.md").read_text()
+    for rule in rules["groups"][0]["rules"]:
+        assert f'severity="{rule["labels"]["severity"]}"' in routes, rule["alert"]
+        assert f"\n#### {rule['alert']}\n" in operations, rule["alert"]
+    amtool = shutil.which("amtool")
+    if amtool:  # Debian's prometheus-alertmanager
+        done = subprocess.run(
+            [amtool, "check-config", str(REPO / "deploy" / "alertmanager.yml")],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_dockerfiles_build_what_the_project_ships() -> None:
