@@ -10,14 +10,19 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import tomllib
 from collections import Counter
 from pathlib import Path
 
 import pytest
+import requests
 import yaml
+from support.polling import free_port, wait_for
+from support.real_mesos import SKIP_REASON, mesos_home
 
 from allocator.cli.serve_config import load_serve_config
 
@@ -335,3 +340,139 @@ def test_dockerfiles_build_what_the_project_ships() -> None:
     # the build context is the repository root: no virtualenvs or git history in it
     ignored = (REPO / ".dockerignore").read_text().split()
     assert {".git", ".venv", ".venv-*", "results"} <= set(ignored)
+
+
+def test_the_compose_mesos_authentication_on_a_real_master_and_agents(
+    resolved: dict, tmp_path: Path
+) -> None:
+    """A real Mesos 1.11.0 master and agents (the machine's build, tests/support/real_mesos.py)
+    on loopback, configured by the MESOS_* variables exactly as compose.yaml sets them, with
+    the credentials docker/make_secrets.py draws: an agent with the credential registers, one
+    without is refused; HTTP endpoints and the v1 scheduler API want credentials (the broker's
+    principal gets in, a wrong secret does not); /health, the containers' healthcheck, does
+    not; the quota job's own command sets the quota as the broker's principal."""
+    home = mesos_home()
+    if home is None:
+        pytest.skip(SKIP_REASON)
+    services = resolved["services"]
+    moved = run_secrets(resolved, tmp_path / "secrets")
+
+    def env_of(service: str, drop: set[str]) -> dict[str, str]:
+        env = {k: str(v) for k, v in services[service]["environment"].items()}
+        env = {k: v for k, v in env.items() if k.startswith("MESOS_") and k not in drop}
+        for key, value in env.items():  # the secrets' volumes are directories here
+            for directory, local in moved.items():
+                if value.startswith(directory + "/"):
+                    env[key] = str(local / value.removeprefix(directory + "/"))
+        return {"PATH": os.environ["PATH"], **env}
+
+    placed = {"MESOS_ZK", "MESOS_HOSTNAME", "MESOS_PORT", "MESOS_WORK_DIR", "MESOS_MASTER"}
+    port = free_port()
+    master_url = f"http://127.0.0.1:{port}"
+    processes: list[subprocess.Popen] = []
+
+    def spawn(name: str, argv: list[str], env: dict[str, str]) -> None:
+        log = (tmp_path / f"{name}.log").open("ab")
+        processes.append(subprocess.Popen(
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, cwd=tmp_path,
+        ))  # fmt: skip
+        log.close()
+
+    def agent(name: str, ip: str, credential: bool) -> int:
+        agent_port = free_port(ip)
+        env = env_of("agent-t1-a", placed | ({"MESOS_CREDENTIAL"} if not credential else set()))
+        spawn(name, [
+            str(home / "bin" / "mesos-agent"), f"--master=127.0.0.1:{port}", f"--ip={ip}",
+            f"--hostname={ip}", f"--port={agent_port}", f"--work_dir={tmp_path / name}",
+            f"--runtime_dir={tmp_path / (name + '-run')}", f"--launcher_dir={home / 'bin'}",
+            "--no-systemd_enable_support", "--no-switch_user",
+        ], env)  # fmt: skip
+        return agent_port
+
+    agent_secret = json.loads((moved["/run/mesos-agent"] / "credential.json").read_text())
+    agent_auth = (agent_secret["principal"], agent_secret["secret"])
+    broker_secret = (moved["/run/fairbroker-mesos"] / "secret").read_text().strip()
+    try:
+        spawn("master", [
+            str(home / "bin" / "mesos-master"), "--ip=127.0.0.1", "--hostname=127.0.0.1",
+            f"--port={port}", f"--work_dir={tmp_path / 'master'}",
+        ], env_of("mesos-master", placed))  # fmt: skip
+
+        def healthy() -> bool:
+            try:
+                return requests.get(f"{master_url}/health", timeout=2).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_for(healthy, 60, "the authenticating master's /health (no credentials)")
+        assert requests.get(f"{master_url}/master/state", timeout=5).status_code == 401
+        state = requests.get(f"{master_url}/master/state", timeout=5, auth=agent_auth)
+        assert state.status_code == 200 and state.json()["flags"]["authenticate_agents"] == "true"
+        assert requests.get(
+            f"{master_url}/master/state", timeout=5, auth=(agent_auth[0], "wrong")
+        ).status_code == 401  # fmt: skip
+
+        good_port = agent("agent-good", "127.0.1.1", credential=True)
+        agent("agent-bare", "127.0.1.2", credential=False)
+
+        def hostnames() -> set[str]:
+            answer = requests.get(f"{master_url}/master/slaves", timeout=5, auth=agent_auth)
+            return {a["hostname"] for a in answer.json()["slaves"] if a["active"]}
+
+        wait_for(lambda: "127.0.1.1" in hostnames(), 60, "the agent with the credential")
+        # the other tried meanwhile, and keeps being refused
+        master_log = tmp_path / "master.log"
+        wait_for(
+            lambda: "127.0.1.2" in master_log.read_text(errors="replace"), 30,
+            "the agent without a credential to try to register",
+        )  # fmt: skip
+        time.sleep(3)
+        assert hostnames() == {"127.0.1.1"}
+        assert re.search(
+            r"(?i)refusing registration of agent.*127\.0\.1\.2.*not authenticated",
+            master_log.read_text(errors="replace"),
+        ), master_log.read_text()[-3000:]
+
+        agent_url = f"http://127.0.1.1:{good_port}"
+        assert requests.get(f"{agent_url}/health", timeout=5).status_code == 200
+        assert requests.get(f"{agent_url}/state", timeout=5).status_code == 401
+        assert requests.get(f"{agent_url}/state", timeout=5, auth=agent_auth).status_code == 200
+
+        # the v1 scheduler API, as the broker subscribes (HTTP basic, principal in FrameworkInfo)
+        principal = services["broker"]["environment"]["FAIRBROKER_PRINCIPAL"]
+        subscribe = {"type": "SUBSCRIBE", "subscribe": {"framework_info": {
+            "user": "spark", "name": "auth-check", "principal": principal, "roles": ["spark"],
+            "capabilities": [{"type": "MULTI_ROLE"}],
+        }}}  # fmt: skip
+
+        def subscribe_as(auth: tuple[str, str] | None) -> int:
+            with requests.post(f"{master_url}/api/v1/scheduler", json=subscribe, auth=auth,
+                               stream=True, timeout=10) as answer:  # fmt: skip
+                return answer.status_code
+
+        assert subscribe_as(None) == 401
+        assert subscribe_as((principal, "wrong")) == 401
+        assert subscribe_as((principal, broker_secret)) == 200
+
+        # the quota job's own command, pointed at this master and the secret's directory
+        command = " ".join(services["mesos-setup"]["command"]).replace("$$", "$")
+        command = command.replace("http://mesos-master:5050", master_url).replace(
+            "/run/fairbroker-mesos", str(moved["/run/fairbroker-mesos"])
+        )  # fmt: skip
+        done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        quota = requests.post(f"{master_url}/api/v1", json={"type": "GET_QUOTA"}, timeout=5,
+                              auth=(principal, broker_secret)).json()  # fmt: skip
+        roles = quota["get_quota"]["status"]["infos"]
+        assert [r["role"] for r in roles] == [services["broker"]["environment"]["FAIRBROKER_ROLES"]]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(15)

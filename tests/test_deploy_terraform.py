@@ -306,3 +306,30 @@ def test_instances_outputs_and_cloud_init() -> None:
         assert "#!/bin/sh" in template.read_text() or template.read_text().startswith(
             "#cloud-config"
         ), template.name
+
+
+def test_the_masters_and_agents_authenticate_as_the_compose_cluster_does() -> None:
+    """The Mesos authentication flags of the cloud-init units are those of docker/compose.yaml,
+    which tests/test_deploy_docker.py runs on a real Mesos 1.11.0 master and agents."""
+    compose = yaml.safe_load((REPO / "docker" / "compose.yaml").read_text())
+
+    def flags(template: str, unit: str) -> set[str]:
+        text = (TF / "templates" / template).read_text()
+        start = text.index(f"path: /etc/systemd/system/{unit}")
+        line = next(x for x in text[start:].splitlines() if "ExecStart=" in x and "mesos-" in x)
+        return {f.split("=")[0] for f in re.findall(r"--(\w*auth\w*(?:=\w+)?)", line)}
+
+    def env(service: dict) -> set[str]:
+        return {
+            k.removeprefix("MESOS_").lower() for k, v in service["environment"].items()
+            if "AUTH" in k and v != "false"
+        }  # fmt: skip
+
+    master = compose["services"]["mesos-master"]
+    assert flags("master.yaml.tftpl", "mesos-master.service") == env(master) == {
+        "authenticate_agents", "authenticate_frameworks", "authenticate_http_frameworks",
+        "http_framework_authenticators", "authenticate_http_readonly",
+        "authenticate_http_readwrite",
+    }  # fmt: skip
+    agent_env = compose["x-agent-env"]
+    assert flags("agent.yaml.tftpl", "mesos-agent.service") == env({"environment": agent_env})
