@@ -32,3 +32,8 @@ output "agents" {
   description = "Agent name => private IP, type."
   value       = { for k, a in aws_instance.agent : k => { ip = a.private_ip, type = local.agents[k].type } }
 }
+
+output "alertmanager_url" {
+  description = "Alertmanager on the broker host (admin CIDRs only)."
+  value       = "http://${aws_instance.broker.public_ip}:9093"
+}
