@@ -471,6 +471,38 @@ def test_the_compose_mesos_authentication_on_a_real_master_and_agents(
         assert subscribe_as((principal, "wrong")) == 401
         assert subscribe_as((principal, broker_secret)) == 200
 
+        # `fairbroker serve` configured by the broker service's own environment subscribes
+        # as its principal, and the master knows the framework by it
+        env = env_of("broker", set())  # (MESOS_* only: none)
+        for key, value in services["broker"]["environment"].items():
+            env[key] = str(value)
+            for directory, local in moved.items():
+                if str(value).startswith(directory + "/"):
+                    env[key] = str(local / str(value).removeprefix(directory + "/"))
+        http_port = free_port()
+        env.update({
+            "FAIRBROKER_MASTER": f"127.0.0.1:{port}", "FAIRBROKER_HOST": "127.0.0.1",
+            "FAIRBROKER_PORT": str(http_port), "FAIRBROKER_GRPC_PORT": str(free_port()),
+            "FAIRBROKER_METRICS_PORT": str(free_port()),
+            "FAIRBROKER_STATE_DIR": str(tmp_path / "broker-state"),
+        })  # fmt: skip
+        spawn("broker", [sys.executable, "-c", "from allocator.cli import main; main()",
+                         "serve"], env)  # fmt: skip
+
+        def subscribed() -> bool:
+            try:
+                answer = requests.get(f"http://127.0.0.1:{http_port}/healthz", timeout=2)
+            except requests.RequestException:
+                return False
+            return answer.status_code == 200
+
+        wait_for(subscribed, 60, "the broker to subscribe with its principal")
+        frameworks = requests.get(
+            f"{master_url}/master/frameworks", timeout=5, auth=agent_auth
+        ).json()["frameworks"]  # fmt: skip
+        (ours,) = [f for f in frameworks if f["name"] == "fairbroker" and f["active"]]
+        assert ours["principal"] == principal
+
         # the quota job's own command, pointed at this master and the secret's directory
         command = " ".join(services["mesos-setup"]["command"]).replace("$$", "$")
         command = command.replace("http://mesos-master:5050", master_url).replace(
