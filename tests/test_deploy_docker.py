@@ -6,6 +6,7 @@ No container engine runs here: images are not built, the tools that need none ar
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -266,21 +267,28 @@ def test_secrets_are_drawn_at_first_start_kept_and_mounted_only_where_needed(
 
 def test_agents_share_a_network_with_the_master_and_the_drivers_only(resolved: dict) -> None:
     """The agents run tenants' code: they must not reach ZooKeeper, the broker, Prometheus,
-    Alertmanager or Grafana."""
+    Alertmanager or Grafana. The master, on two networks, advertises its fixed address on
+    the agents' one (an agent ignores a master whose address differs from the one it knows),
+    and the broker, on the other, addresses it by name rather than through ZooKeeper (which
+    holds the advertised address)."""
     services = resolved["services"]
     networks = {name: set(s.get("networks", {})) for name, s in services.items()}
     agents = {n for n in services if n.startswith("agent-")}
     for name in agents:
-        assert networks[name] == {"mesos", "spark"}, name
-    reachable = {
-        other for other, nets in networks.items() for name in agents if nets & networks[name]
-    } - agents  # fmt: skip
-    assert reachable == {"mesos-master", "client"}
-    assert networks["mesos-master"] == {"control", "mesos"}
-    assert networks["client"] == {"tenant", "spark"}  # the broker's tenant API, the executors
-    for name in ("zookeeper", "prometheus", "alertmanager", "grafana"):
+        assert networks[name] == {"mesos"}, name
+    assert {n for n, nets in networks.items() if "mesos" in nets} - agents == {
+        "mesos-master", "client"
+    }  # fmt: skip
+    assert networks["client"] == {"tenant", "mesos"}  # the broker's API, the executors
+    for name in ("zookeeper", "prometheus", "alertmanager", "grafana", "mesos-setup"):
         assert networks[name] == {"control"}, name
     assert networks["broker"] == {"control", "tenant"}
+    master = services["mesos-master"]
+    address = master["networks"]["mesos"]["ipv4_address"]
+    assert master["environment"]["MESOS_ADVERTISE_IP"] == address
+    (subnet,) = [c["subnet"] for c in resolved["networks"]["mesos"]["ipam"]["config"]]
+    assert ipaddress.ip_address(address) in ipaddress.ip_network(subnet)
+    assert services["broker"]["environment"]["FAIRBROKER_MASTER"] == "mesos-master:5050"
 
 
 def test_mesos_requires_authentication_of_agents_frameworks_and_http(resolved: dict) -> None:
@@ -382,7 +390,9 @@ def test_the_compose_mesos_authentication_on_a_real_master_and_agents(
                     env[key] = str(local / value.removeprefix(directory + "/"))
         return {"PATH": os.environ["PATH"], **env}
 
-    placed = {"MESOS_ZK", "MESOS_HOSTNAME", "MESOS_PORT", "MESOS_WORK_DIR", "MESOS_MASTER"}
+    # where the processes listen and what they advertise: loopback here
+    placed = {"MESOS_ZK", "MESOS_HOSTNAME", "MESOS_PORT", "MESOS_WORK_DIR", "MESOS_MASTER",
+              "MESOS_ADVERTISE_IP"}  # fmt: skip
     port = free_port()
     master_url = f"http://127.0.0.1:{port}"
     processes: list[subprocess.Popen] = []
