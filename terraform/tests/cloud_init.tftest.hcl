@@ -114,3 +114,14 @@ run "cloud_init" {
     error_message = "Prometheus is not wired to an Alertmanager with a route"
   }
 }
+
+# A second apply keeps the secrets drawn by the first (else every instance's user data, and
+# so every instance, would change at each apply).
+run "the_secrets_are_kept_on_the_next_apply" {
+  command = apply
+
+  assert {
+    condition     = sha256(local.mesos_credentials) == run.cloud_init.mesos_credentials_sha256
+    error_message = "the Mesos secrets were drawn again on the second apply"
+  }
+}
