@@ -305,6 +305,9 @@ def test_mesos_requires_authentication_of_agents_frameworks_and_http(resolved: d
     for name in (n for n in services if n.startswith("agent-")):
         env = services[name]["environment"]
         assert env["MESOS_CREDENTIAL"].startswith("/run/mesos-agent/"), name
+        # unprivileged containers: the posix launcher and isolators, which need no cgroups (so
+        # neither v1, which Mesos 1.11 needs for its cgroups isolators, nor privileges)
+        assert (env["MESOS_LAUNCHER"], env["MESOS_ISOLATION"]) == ("posix", "posix/cpu,posix/mem")
         assert env["MESOS_AUTHENTICATE_HTTP_READONLY"] == "true", name
         assert env["MESOS_AUTHENTICATE_HTTP_READWRITE"] == "true", name
     # the quota job authenticates as the broker's principal, the secret read from stdin
