@@ -195,11 +195,18 @@ class Engine:
         return row
 
     def add_agent(
-        self, name: str, capacity: dict[str, float], attributes: dict | None = None
+        self,
+        name: str,
+        capacity: dict[str, float],
+        attributes: dict | None = None,
+        *,
+        empty: bool = False,
     ) -> None:
+        """`empty`: the agent may hold nothing yet (a Mesos agent whose offers were declined
+        before the broker heard of it), as `set_capacity` may leave any agent."""
         if name in self.agents:
             raise EngineError(f"agent {name!r}: already registered")
-        vector = self._vector(capacity, f"agent {name!r}")
+        vector = self._vector(capacity, f"agent {name!r}", positive=not empty)
         record = AgentRecord(name, vector, dict(attributes or {}))
         self.agents[name] = record
         slot = self._agent_slots.add(name)

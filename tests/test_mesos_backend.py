@@ -468,3 +468,163 @@ def test_adopted_agents_get_their_hostname_from_the_master_before_any_offer(
                  "the adopted agent's host name from /master/slaves")  # fmt: skip
         assert not driver.named("acceptOffers")  # no offer was needed (none arrived)
         second.stop(kill_executors=False)
+
+
+# ---- issue 23: the engine's capacity is what the book holds, whatever the order -----------
+
+
+def book_capacity(backend: MesosBackend, broker: Broker, key: str) -> list[float]:
+    held = backend.offers.capacity(key)
+    return [held.get(r, 0.0) for r in broker.engine.resources]
+
+
+def test_a_first_report_applied_after_the_run_declined_its_offer_reads_what_is_left(
+    setup,
+) -> None:
+    """The race of issue 23, made deterministic: one OFFERS event for a1 and a2; the first
+    report (a1's agent_added) wakes the allocation run, which runs before a2's agent_added is
+    applied: with nobody pending it declines both offers and suppresses, and a2's
+    capacity_changed is dropped (the engine does not know a2 yet). a2's agent_added then
+    used to land with the offer's total: 8 cpus the broker believed usable, no offer held."""
+    broker, backend, driver = setup
+    apply = broker.agent_added
+    order: list[str] = []
+
+    def delayed(agent) -> None:  # a2's report waits until a run has declined and suppressed
+        if agent.name == "a2":
+            order.append(f"run ({broker.allocate_once()} launched)")
+        apply(agent)
+        order.append(f"added {agent.name}")
+
+    broker.agent_added = delayed
+    backend.resourceOffers(
+        driver, [offer("o1", "a1", "h1", 4, 2048), offer("o2", "a2", "h2", 8, 4096)]
+    )
+    assert order == ["added a1", "run (0 launched)", "added a2"]
+    declined = [i["value"] for ids, _ in driver.named("declineOffer") for i in ids]
+    assert sorted(declined) == ["o1", "o2"]
+    assert len(driver.named("suppressOffers")) == 1
+    assert backend.offer_stats()["held"] == 0
+    for key in ("a1", "a2"):  # the engine knows both, with what the book holds: nothing
+        assert broker.engine.agents[key].capacity.tolist() == book_capacity(backend, broker, key)
+        assert broker.engine.agents[key].capacity.tolist() == [0.0, 0.0]
+    # A tenant now is granted nothing (no launch that must fail) and the broker revives.
+    broker.register(tenant("pi", 2, 1024, target=2))
+    assert broker.allocate_once() == 0
+    assert driver.named("acceptOffers") == [] and len(driver.named("reviveOffers")) == 1
+    backend.resourceOffers(driver, [offer("o3", "a2", "h2", 8, 4096)])
+    assert broker.allocate_once() == 2
+    assert broker.tenants["pi"].standing.rests == {}
+
+
+def test_a_launch_without_an_offer_held_rests_nobody_and_corrects_the_capacity(setup) -> None:
+    """Whatever made the engine's capacity stale, a launch the backend has no offer for
+    fails on the broker's side (NoRoom): the grant goes back, the tenant does not rest, no
+    executor row is left, and the agent's capacity is what the book holds at once."""
+    broker, backend, driver = setup
+    backend.resourceOffers(driver, [offer("o1", "a1", "h1", 4, 2048)])
+    broker.allocate_once()  # nobody pending: declined, suppressed; capacity 0
+    broker.engine.set_capacity("a1", {"cpus": 4, "mem": 2048})  # stale, as the race left it
+    broker.register(tenant("pi", 2, 1024, target=2))
+    for _ in range(3):  # (two launch failures in a row used to rest the tenant for 60 s)
+        assert broker.allocate_once() == 0
+        assert broker.engine.agents["a1"].capacity.tolist() == [0.0, 0.0]
+        broker.engine.set_capacity("a1", {"cpus": 4, "mem": 2048})
+    pi = broker.tenants["pi"]
+    assert pi.standing.rests == {} and pi.standing.failures == {} and pi.executors == {}
+    assert broker.engine.tasks_of("pi") == 0 and broker.store.executors() == []
+    assert driver.named("acceptOffers") == []
+    # Half an offer: the first executor fits, the second does not (no offer left for it).
+    broker.engine.set_capacity("a1", {"cpus": 0, "mem": 0})
+    backend.resourceOffers(driver, [offer("o2", "a1", "h1", 3, 2048)])
+    broker.engine.set_capacity("a1", {"cpus": 4, "mem": 2048})  # stale again: 2 fit
+    assert broker.allocate_once() == 1
+    (task,) = launched(driver)
+    assert task["agent_id"]["value"] == "a1" and len(pi.executors) == 1
+    assert broker.engine.agents["a1"].capacity.tolist() == [2.0, 1024.0]  # pi.1's only
+    assert pi.standing.rests == {} and broker.engine.tasks_of("pi") == 1
+
+
+def test_an_offer_rescinded_between_launch_and_accept_is_not_the_tenants_failure(
+    setup,
+) -> None:
+    """The offer goes away after the run launched on it but before its ACCEPT: the task is
+    reported never launched (FAILED, `launched=False`): no quick failure is counted, no
+    rest, and the agent's capacity follows the book."""
+    broker, backend, driver = setup
+    broker.register(tenant("pi", 2, 1024, target=1))
+    flush = backend.flush
+    for n in (1, 2, 3):
+        backend.resourceOffers(driver, [offer(f"o{n}", "a1", "h1", 4, 2048)])
+
+        def rescind_then_flush(wants_more: bool = True, n: int = n) -> None:
+            backend.offerRescinded(driver, {"value": f"o{n}"})
+            flush(wants_more)
+
+        backend.flush = rescind_then_flush
+        assert broker.allocate_once() == 1  # launched, then lost before the ACCEPT
+        backend.flush = flush
+        pi = broker.tenants["pi"]
+        assert pi.executors == {} and broker.engine.tasks_of("pi") == 0
+        assert pi.standing.failures == {} and pi.standing.rests == {}
+        assert broker.engine.agents["a1"].capacity.tolist() == [0.0, 0.0]
+    assert driver.named("acceptOffers") == []
+    backend.resourceOffers(driver, [offer("o9", "a1", "h1", 4, 2048)])
+    assert broker.allocate_once() == 1 and len(launched(driver)) == 1
+
+
+def test_healthz_is_not_ready_while_tasks_are_unconfirmed_after_a_resubscription(setup):
+    """After a (re-)subscription the broker's tasks are unconfirmed until the master reports
+    them: /healthz says so (503 with the reason) until reconciliation confirms them, for at
+    most UNCONFIRMED_HEALTH_S; after that it is healthy again (the task stays counted)."""
+    from allocator.backends.mesos.link import UNCONFIRMED_HEALTH_S
+
+    broker, backend, driver = setup
+    broker.register(tenant("pi", 2, 1024, target=2))
+    backend.resourceOffers(driver, [offer("o1", "a1", "h1", 8, 4096)])
+    assert broker.allocate_once() == 2
+    for n in (1, 2):
+        backend.statusUpdate(driver, {"task_id": {"value": f"pi.{n}"}, "state": "TASK_RUNNING"})
+    assert broker.health()["ok"] is True
+    clock = [500.0]
+    backend.subscription._clock = lambda: clock[0]
+    backend.reregistered(driver, {})
+    report = broker.health()
+    assert report["ok"] is False and report["unreconciled_tasks"] == 2
+    assert report["reason"].startswith("2 tasks unconfirmed since re-subscription"), report
+    clock[0] += 5
+    backend.statusUpdate(driver, {"task_id": {"value": "pi.1"}, "state": "TASK_RUNNING"})
+    assert broker.health()["reason"].startswith("1 tasks unconfirmed"), broker.health()
+    backend.statusUpdate(driver, {"task_id": {"value": "pi.2"}, "state": "TASK_RUNNING"})
+    report = broker.health()
+    assert report["ok"] is True and report["unreconciled_tasks"] == 0 and "reason" not in report
+    # A task the master never reports: not ready until the bound, then ready, still counted.
+    backend.reregistered(driver, {})
+    backend.statusUpdate(driver, {"task_id": {"value": "pi.1"}, "state": "TASK_RUNNING"})
+    clock[0] += UNCONFIRMED_HEALTH_S - 1
+    assert broker.health()["ok"] is False
+    clock[0] += 2
+    report = broker.health()
+    assert report["ok"] is True and report["unreconciled_tasks"] == 1
+
+
+def test_status_marks_only_agents_whose_offer_is_not_held_with_real_offer_resources(setup):
+    """A real master's offer carries disk and ports beside cpus and mem (the shape below is
+    a Mesos 1.11.0 agent's, `--resources` unset but cpus and mem); `status` compares only
+    the resources the broker accounts: no `*` while the offer is held, `*` once declined."""
+    from allocator.cli.live import render_allocation
+
+    broker, backend, driver = setup
+    raw = offer("o1", "b7d0c6a0-0c5f-4f4e-9a3c-8d6e0f1a2b3c-S0", "127.0.1.1", 4, 7168)
+    raw["resources"].append({"name": "disk", "type": "SCALAR", "scalar": {"value": 39710.0},
+                             "role": "*", "allocation_info": {"role": "*"}})  # fmt: skip
+    backend.resourceOffers(driver, [raw])
+    allocation = broker.allocation()
+    (agent,) = allocation.agents
+    assert dict(agent.last_offered) == {"cpus": 4.0, "mem": 7168.0, "disk": 39710.0}
+    rows = [x for x in render_allocation(allocation).splitlines() if x.startswith("b7d0")]
+    assert rows and "*" not in rows[0], render_allocation(allocation)
+    broker.allocate_once()  # nobody pending: declined
+    text = render_allocation(broker.allocation())
+    row = next(x for x in text.splitlines() if x.startswith("b7d0"))
+    assert row.count("*") == 2 and "0/4" in row.replace(" ", ""), text

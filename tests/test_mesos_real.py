@@ -4,6 +4,7 @@ the faults a real master produces. Skipped when the machine has no Mesos build."
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -473,3 +474,105 @@ def test_teardown_reports_success_only_when_the_master_shows_the_framework_gone(
         assert done.returncode == 0, done.stderr
         assert framework_id not in [f["id"] for f in mesos.frameworks()]
         assert not id_file[0].exists()
+
+
+# ---- issue 23: no agent believed usable without an offer held ---------------------------
+
+
+def offers_held_by(mesos: RealMesos, framework_id: str) -> dict[str, dict[str, float]]:
+    """The framework's outstanding offers at the master, summed per agent id."""
+    held: dict[str, dict[str, float]] = {}
+    for framework in mesos.frameworks():
+        if framework["id"] != framework_id:
+            continue
+        for o in framework.get("offers", []):
+            agent = held.setdefault(o["agent_id"], {})
+            for r in ("cpus", "mem"):
+                agent[r] = agent.get(r, 0.0) + float(o["resources"].get(r, 0.0))
+    return held
+
+
+def test_a_first_report_delayed_past_a_run_leaves_no_stale_capacity(
+    tmp_path: Path, mesos: RealMesos
+) -> None:
+    """Issue 23's race, made deterministic on the real master: every agent_added after the
+    first waits (on pymesos's thread) until an allocation run has flushed, i.e. declined
+    every held offer and suppressed. The delayed reports used to land with their offer's
+    total, after the run, with SUPPRESS sent: agents the broker believed usable where it
+    held no offer. Now each agent's engine capacity is what the book holds: nothing."""
+    import threading
+
+    service = broker_on(tmp_path, mesos, agents_look_seconds=0.5)
+    broker, backend = service.broker, service.broker.backend
+    flushed, first, delayed = threading.Event(), threading.Event(), []
+    flush, apply = backend.flush, broker.agent_added
+
+    def flush_then_tell(wants_more: bool = True) -> None:
+        flush(wants_more)
+        if first.is_set():
+            flushed.set()
+
+    def late(agent) -> None:
+        if first.is_set() and threading.current_thread().name != "allocation":
+            assert flushed.wait(30), "no allocation run after the first agent was added"
+            delayed.append(agent.name)
+        apply(agent)
+        first.set()
+
+    backend.flush, broker.agent_added = flush_then_tell, late
+    with service:
+        wait_for(lambda: framework_metric(mesos, "calls/suppress") >= 1, 60,
+                 "the idle broker to decline and suppress")  # fmt: skip
+        wait_for(lambda: len(broker.engine.agents) == len(AGENTS), 30, "all six agents")
+        assert delayed, "the race did not happen: no report was applied after a run"
+        wait_for(lambda: backend.offer_stats()["held"] == 0, 30, "every offer declined")
+        held_at_master = offers_held_by(mesos, backend.framework_id)
+        with broker._lock:
+            for name, agent in broker.engine.agents.items():
+                book = backend.offers.capacity(name)
+                assert agent.capacity.tolist() == [book.get(r, 0.0) for r in ("cpus", "mem")]
+                assert not agent.capacity.any() or name in held_at_master, (name, agent)
+        assert held_at_master == {} and mesos.metrics()["master/outstanding_offers"] == 0
+        # a tenant is granted only where an offer comes: its launches all succeed
+        register(service, "pi", 2, 1024, target=2)
+        wait_for(lambda: len(mesos.tasks("TASK_RUNNING")) == 2, 60, "two running tasks")
+        assert broker.tenants["pi"].standing.rests == {}
+        assert broker.tenants["pi"].next_executor == 3  # no launch failed and was replaced
+
+
+@pytest.mark.slow
+def test_idle_broker_starts_believe_no_agent_usable_without_an_offer(
+    tmp_path: Path, mesos: RealMesos
+) -> None:
+    """Issue 23's reproduction, eight times: start an idle `fairbroker serve` on the real
+    master, wait 8 s, `fairbroker status --json`: no agent may have capacity where the
+    master shows no outstanding offer of the framework on it."""
+    import json
+    import signal
+    import subprocess
+
+    spark = str(sleeping_spark(tmp_path))
+    believed = []
+    for start in range(8):
+        ports = {"http": free_port(), "grpc": free_port()}
+        state = tmp_path / f"broker-{start}"
+        serve = serve_cli(mesos.address, state, spark, ports, tmp_path / f"serve-{start}.log")
+        try:
+            wait_for(lambda p=ports: broker_health(p["http"])[0] == 200, 60, "subscribed")
+            time.sleep(8)
+            done = run_fairbroker("status", "--json", "--broker", f"127.0.0.1:{ports['http']}")
+            assert done.returncode == 0, done.stderr
+            framework_id = (state / "mesos-framework-id").read_text().strip()
+            held = offers_held_by(mesos, framework_id)
+            for agent in json.loads(done.stdout).get("agents", []):
+                capacity = {r: v for r, v in agent.get("capacity", {}).items() if v > 0}
+                if capacity and agent["name"] not in held:
+                    believed.append((start, agent["name"], capacity))
+        finally:
+            serve.send_signal(signal.SIGTERM)
+            try:
+                serve.wait(30)
+            except subprocess.TimeoutExpired:
+                serve.kill()
+                serve.wait(10)
+    assert believed == [], believed

@@ -51,6 +51,16 @@ class TaskStatus:
     executor_id: str
     state: ExecutorState
     message: str = ""
+    # False: the executor was never handed to the cluster because the backend no longer
+    # held room for it (a Mesos offer gone before its ACCEPT): the broker's failure, not
+    # the tenant's, so it never counts toward crash-loop protection.
+    launched: bool = True
+
+
+class NoRoom(Exception):
+    """`Backend.launch`: the backend holds nothing to launch this executor on (the agent's
+    offers are gone or too small). Not the tenant's failure: the broker gives the grant
+    back without resting the tenant, and the backend has reported the agent's capacity."""
 
 
 class BackendEvents(Protocol):

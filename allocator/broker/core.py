@@ -13,7 +13,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from allocator.backends.base import AgentInfo, Backend, ExecutorState, LaunchSpec, TaskStatus
+from allocator.backends.base import (
+    AgentInfo,
+    Backend,
+    ExecutorState,
+    LaunchSpec,
+    NoRoom,
+    TaskStatus,
+)
 from allocator.broker import faults, tenants
 from allocator.broker.errors import ApiError, invalid, unavailable
 from allocator.broker.explanation import explanation_message
@@ -431,7 +438,8 @@ class Broker:
             self._best_effort(self.store.delete_executor, status.tenant_id, status.executor_id)
             if agent in self.engine.agents:
                 self.engine.release(status.tenant_id, agent)
-            self._exited(tenant, record, reclaimed)
+            if status.launched:  # one never handed to the cluster is not the tenant's failure
+                self._exited(tenant, record, reclaimed)
             self._forget_if_stopped(tenant)
             self._poke()
 
@@ -464,14 +472,16 @@ class Broker:
             )  # fmt: skip
 
     def agent_added(self, agent: AgentInfo) -> None:
-        capacity = {r: v for r, v in agent.resources.items() if r in self.engine.resources}
         with self._lock:
+            # read under the lock: a Mesos agent's resources are read from its offer book
+            # now, and may be nothing any more (its offers declined before this report)
+            capacity = {r: v for r, v in agent.resources.items() if r in self.engine.resources}
             self.agent_hosts[agent.name] = agent.hostname
             self.agent_attributes[agent.name] = dict(agent.attributes)
             if agent.name in self.engine.agents:
                 self.engine.set_capacity(agent.name, capacity)
             else:
-                self.engine.add_agent(agent.name, capacity, agent.attributes)
+                self.engine.add_agent(agent.name, capacity, agent.attributes, empty=True)
                 log.info("agent %s (%s) added: %s", agent.name, agent.hostname, capacity)
             self._poke()
 
@@ -595,10 +605,13 @@ class Broker:
         try:
             handle = self.backend.launch(spec)
         except Exception as error:  # a launch failure must not stop the loop
-            log.error("launch of %s/%s on %s failed: %s", *_key(spec), agent, error)
             del tenant.executors[executor_id]
             self._best_effort(self.store.delete_executor, tenant.tenant_id, executor_id)
             self.engine.release(tenant.tenant_id, agent)
+            if isinstance(error, NoRoom):  # the broker's stale capacity, not the tenant's launch
+                log.warning("launch of %s/%s on %s not made: %s", *_key(spec), agent, error)
+                return False
+            log.error("launch of %s/%s on %s failed: %s", *_key(spec), agent, error)
             self._apply(tenant, tenants.launch_failed(tenant.standing, agent, time.monotonic()))
             return False
         faults.point("after-launch")

@@ -25,7 +25,11 @@ told, agent -> until when (broker clock):
   leaving): never a quick failure, never a rest, and the count of quick failures in a row
   is neither raised nor cleared.
 - Launch failed (`launch_failed`, the backend raised): the tenant rests on that agent for
-  LAUNCH_FAILURE_REST_SECONDS at once (a longer rest already running is kept).
+  LAUNCH_FAILURE_REST_SECONDS at once (a longer rest already running is kept). Not when
+  the backend had no room for it (`NoRoom`: a Mesos agent whose offers are gone, the
+  broker's capacity was stale) nor when its offer went away before the ACCEPT (a TaskStatus
+  with `launched=False`): the broker's failure, never the tenant's; nothing changes, the
+  grant goes back and the backend reports the agent's capacity.
 - Agent lost (`agent_lost`): nothing changes (the agent failed, not the launch); the broker
   forgets the executors that were on it.
 - Dropped (`dropped`: unregistered, or its lease expired, `lease_expired`): the tenant is

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 
@@ -243,7 +244,7 @@ def render_allocation(allocation) -> str:
         # Mesos: between offers (and while suppressed) the broker holds only its own tasks;
         # the agent's size is its last offered total
         cap = a.last_offered if a.last_offered else a.capacity
-        mark = "*" if a.last_offered and dict(a.last_offered) != dict(a.capacity) else " "
+        mark = "*" if a.last_offered and not _holds(a, info.resources) else " "
         marked = marked or mark == "*"
         lines.append(
             f"{a.name:<{name}} {a.hostname:<{host}} "
@@ -256,6 +257,16 @@ def render_allocation(allocation) -> str:
             "or suppressed with nothing pending)"
         )
     return "\n".join(lines)
+
+
+def _holds(agent, accounted) -> bool:
+    """Does the broker hold the agent's last offered total now? Only the resources it
+    accounts are compared: a real offer carries more (disk, ports), never in its capacity."""
+    return all(
+        math.isclose(agent.last_offered.get(r, 0.0), agent.capacity.get(r, 0.0),
+                     rel_tol=1e-9, abs_tol=1e-6)
+        for r in accounted
+    )  # fmt: skip
 
 
 _TOKEN = click.option(

@@ -13,6 +13,7 @@ reports to the broker are sent once it is released (the broker's lock comes firs
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -20,10 +21,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from allocator.backends.base import AgentInfo, BackendEvents, ExecutorState, LaunchSpec, TaskStatus
+from allocator.backends.base import (
+    AgentInfo,
+    BackendEvents,
+    ExecutorState,
+    LaunchSpec,
+    NoRoom,
+    TaskStatus,
+)
 from allocator.backends.mesos.driver import pymesos_driver
 from allocator.backends.mesos.link import Subscription
-from allocator.backends.mesos.offers import OfferBook
+from allocator.backends.mesos.offers import OfferBook, scalars
 from allocator.backends.mesos.options import ROLE_ATTRIBUTE, MesosOptions
 from allocator.backends.mesos.tasks import TERMINAL, TaskBook
 from allocator.errors import FairbrokerError
@@ -98,8 +106,23 @@ class MesosBackend:
         return {ROLE_ATTRIBUTE: group if group in roles else roles[0]}
 
     def launch(self, spec: LaunchSpec) -> str:
+        """Queue the executor for its agent's ACCEPT; NoRoom when the offers held for that
+        agent, less the launches already queued on them, cannot hold it (the engine's
+        capacity was stale): the agent's capacity is reported before raising."""
         with self._lock:
-            return self.tasks.launch(spec, self.offers.agents[spec.agent].hostname)
+            agent = self.offers.agents.get(spec.agent)
+            free = self.offers.room(spec.agent)
+            for task in self.tasks.pending.get(spec.agent, []):
+                for r, v in scalars(task["resources"]).items():
+                    free[r] = free.get(r, 0.0) - v
+            short = sorted(r for r, v in spec.resources.items() if v > free.get(r, 0.0) + 1e-9)
+            if agent is None or short:
+                self.offers.report_capacity(spec.agent)
+                why = "agent not known" if agent is None else f"no offer held for {short}"
+            else:
+                return self.tasks.launch(spec, agent.hostname)
+        self._emit()
+        raise NoRoom(f"{spec.agent}: {why}")
 
     def flush(self, wants_more: bool = True) -> None:
         """Accept the offers of agents that got launches, decline the rest; suppress when
@@ -119,18 +142,22 @@ class MesosBackend:
                     counts["accepted" if accepted else "declined"] += len(ids)
                     if not accepted:
                         # Never launched: the executors are lost to the broker, and the offers,
-                        # still outstanding at the master, are handed back at once.
+                        # still outstanding at the master, are handed back at once. Without a
+                        # subscription the offers died with it: the broker's failure.
+                        gone = not self.subscription.subscribed
+                        why = "offer gone with the subscription" if gone else "ACCEPT refused"
                         for task in tasks:
-                            self._lost(task["task_id"]["value"], "ACCEPT refused by the master")
+                            self._lost(task["task_id"]["value"], why, launched=not gone)
                         self.offers.decline([o.offer_id for o in offers], 0.0)
                 else:
                     self.offers.decline([o.offer_id for o in offers], self.options.refuse_seconds)
                     counts["declined"] += len(ids)
                 self.offers.keep_outstanding(offers)  # still outstanding at the master
                 self.offers.report_capacity(key)
-            for tasks in pending.values():  # offers gone (rescinded) before the accept
+            for key, tasks in pending.items():  # offers gone (rescinded) before the accept
                 for task in tasks:
-                    self._lost(task["task_id"]["value"], "offer no longer held")
+                    self._lost(task["task_id"]["value"], "offer no longer held", launched=False)
+                self.offers.report_capacity(key)
             self.subscription.want_offers(wants_more)
         self._emit()
 
@@ -282,10 +309,12 @@ class MesosBackend:
         for report in reports:
             report()
 
-    def _lost(self, task_id: str, why: str) -> None:
+    def _lost(self, task_id: str, why: str, launched: bool = True) -> None:
+        """A task that never ran; `launched` False: it never reached the master (the
+        broker's failure, not the tenant's)."""
         status = self.tasks.lost(task_id, why)
         if status is not None and self._events is not None:
-            self._events.status(status)
+            self._events.status(dataclasses.replace(status, launched=launched))
 
     def _reconcile(self) -> None:
         """Explicit reconciliation of the tasks the master has not confirmed since this

@@ -24,6 +24,10 @@ from allocator.errors import FairbrokerError
 log = logging.getLogger(__package__)
 DRIVER_STOP_S = 10.0  # at most this long for pymesos's I/O thread to finish (and TEARDOWN)
 TEARDOWN_CONFIRM_S = 15.0  # at most this long for the master to show the framework gone
+# /healthz says "not ready" while the broker's own tasks are unconfirmed after a
+# (re-)subscription, for at most this long: the master answers a RECONCILE at once for every
+# task it or a registered agent knows; reconciliation goes on afterwards (RECONCILE_MAX_S).
+UNCONFIRMED_HEALTH_S = 120.0
 FRAMEWORK_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
@@ -135,6 +139,7 @@ class Subscription:
         self.driver: Any = None
         self.link = MesosLink()  # for metrics, status and health
         self.subscribed = False  # SUBSCRIBED received on the current stream
+        self.subscribed_at = clock()  # (monotonic) when the current subscription began
         self.suppressed = False  # as the master has it (a SUBSCRIBE resets it)
         self.has_agents: bool | None = None  # does the master have agents (None: unknown)
         self.next_look = 0.0  # when to read the master's agent list next
@@ -190,6 +195,7 @@ class Subscription:
         no suppressed_roles) and its agents are read again at once."""
         self.link.subscribed(self.framework_id)
         self.subscribed = True
+        self.subscribed_at = self._clock()
         self.suppressed = False  # the next flush SUPPRESSes again if nothing is pending
         self.has_agents = None
         self.next_look = 0.0
@@ -257,10 +263,20 @@ class Subscription:
 
     def health(self, unconfirmed: int) -> dict[str, object]:
         """The broker's /healthz answer: the link's, and unhealthy also while the master
-        the broker is subscribed to has no agents (restarted without its registry)."""
+        the broker is subscribed to has no agents (restarted without its registry), and
+        while some of the broker's tasks are unconfirmed since this subscription, for at
+        most UNCONFIRMED_HEALTH_S (a task the master never reports, whatever the
+        reconciliation, does not keep the broker unhealthy for ever; it stays counted)."""
         report = self.link.health()
         if self.subscribed and self.has_agents is False and report["ok"]:
             report.update(ok=False, reason="subscribed, but the Mesos master has no agents")
+        waited = self._clock() - self.subscribed_at
+        if self.subscribed and unconfirmed and report["ok"] and waited < UNCONFIRMED_HEALTH_S:
+            report.update(
+                ok=False,
+                reason=f"{unconfirmed} tasks unconfirmed since re-subscription {waited:.0f} s "
+                f"ago (reconciling; healthy regardless after {UNCONFIRMED_HEALTH_S:.0f} s)",
+            )
         report["unreconciled_tasks"] = unconfirmed
         return report
 

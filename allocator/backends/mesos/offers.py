@@ -103,6 +103,7 @@ class OfferBook:
         self.events: BackendEvents | None = None
         self.held: dict[str, Offer] = {}
         self.agents: dict[str, AgentInfo] = {}  # engine agent key -> info
+        self.announced: set[str] = set()  # agents whose `agent_added` has been queued
         self.counts = dict.fromkeys(("received", "accepted", "declined", "rescinded"), 0)
         self.last_offered: dict[str, dict[str, float]] = {}  # engine agent -> total
         self.undeclined: set[str] = set()  # offers whose DECLINE failed (still outstanding)
@@ -186,16 +187,13 @@ class OfferBook:
         self.held = {i: o for i, o in self.held.items() if o.agent_id != agent_id}
         for key in keys:
             del self.agents[key]
+            self.announced.discard(key)
         return keys
 
     def capacity(self, key: str) -> dict[str, float]:
         """What the broker may use on an engine agent: its held offers plus its tasks."""
         with self._lock:
-            total: dict[str, float] = {}
-            for offer in self.held.values():
-                if self.key(offer) == key:
-                    for r, v in offer.resources.items():
-                        total[r] = total.get(r, 0.0) + v
+            total = self.room(key)
             for resources in self._tasks_on(key):
                 for r, v in resources.items():
                     total[r] = total.get(r, 0.0) + v
@@ -204,8 +202,11 @@ class OfferBook:
     def report_capacity(self, key: str) -> None:
         """Queue a capacity report for an engine agent; sent once the backend's lock is
         released (the broker's lock comes first). Reports from pymesos's thread and the
-        allocation thread can reach the broker in either order, so a report carries no
-        snapshot: the broker reads the capacity when it applies it, under its own lock."""
+        allocation thread can reach the broker in either order, and an allocation run may
+        use or decline an agent's offers between its first report being queued and applied,
+        so no report carries a snapshot, not even the first (`agent_added`): the broker
+        reads the capacity when it applies a report, under its own lock. Whatever the order,
+        the last report applied after the last change reads what the book holds then."""
         info = self.agents.get(key)
         if info is None or self.events is None:
             return
@@ -213,14 +214,25 @@ class OfferBook:
         if any(self.key(offer) == key for offer in self.held.values()):
             self.last_offered[key] = dict(total)
         events = self.events
-        if not info.resources:
+        capacity = LiveCapacity(functools.partial(self.capacity, key))
+        if key not in self.announced:
             if not any(v > 0 for v in total.values()):
                 return
-            self.agents[key] = info = AgentInfo(key, info.hostname, total, info.attributes)
-            self.outbox.append(functools.partial(events.agent_added, info))
+            self.announced.add(key)
+            live = AgentInfo(key, info.hostname, capacity, info.attributes)  # type: ignore[arg-type]
+            self.outbox.append(functools.partial(events.agent_added, live))
             return
-        capacity = LiveCapacity(functools.partial(self.capacity, key))
         self.outbox.append(functools.partial(events.capacity_changed, key, capacity))
+
+    def room(self, key: str) -> dict[str, float]:
+        """The resources of the offers held for an engine agent (what one ACCEPT of them
+        may launch in all)."""
+        total: dict[str, float] = {}
+        for offer in self.held.values():
+            if self.key(offer) == key:
+                for r, v in offer.resources.items():
+                    total[r] = total.get(r, 0.0) + v
+        return total
 
     def take_reports(self) -> list[Callable[[], None]]:
         outbox, self.outbox = self.outbox, []
