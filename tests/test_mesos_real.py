@@ -495,49 +495,56 @@ def offers_held_by(mesos: RealMesos, framework_id: str) -> dict[str, dict[str, f
 def test_a_first_report_delayed_past_a_run_leaves_no_stale_capacity(
     tmp_path: Path, mesos: RealMesos
 ) -> None:
-    """Issue 23's race, made deterministic on the real master: every agent_added after the
-    first waits (on pymesos's thread) until an allocation run has flushed, i.e. declined
-    every held offer and suppressed. The delayed reports used to land with their offer's
-    total, after the run, with SUPPRESS sent: agents the broker believed usable where it
-    held no offer. Now each agent's engine capacity is what the book holds: nothing."""
+    """Issue 23's race, made deterministic on the real master: every agent_added applied on
+    pymesos's thread after the first waits until an allocation run has flushed, i.e.
+    declined every held offer and suppressed. The delayed reports used to land with their
+    offer's total, after the run, with SUPPRESS sent: agents the broker believed usable
+    where it held no offer. Now each agent's engine capacity is what the book holds.
+    (Rarely the allocation thread itself applies the whole first batch, after its declines:
+    no report is delayed then, so the start is repeated, at most three times.)"""
     import threading
 
-    service = broker_on(tmp_path, mesos, agents_look_seconds=0.5)
-    broker, backend = service.broker, service.broker.backend
-    flushed, first, delayed = threading.Event(), threading.Event(), []
-    flush, apply = backend.flush, broker.agent_added
+    spark = str(sleeping_spark(tmp_path))
+    for attempt in range(3):
+        service = broker_on(tmp_path / f"start-{attempt}", mesos, spark_home=spark)
+        broker, backend = service.broker, service.broker.backend
+        flushed, first, delayed = threading.Event(), threading.Event(), []
+        flush, apply = backend.flush, broker.agent_added
 
-    def flush_then_tell(wants_more: bool = True) -> None:
-        flush(wants_more)
-        if first.is_set():
-            flushed.set()
+        def flush_then_tell(wants_more=True, flush=flush, first=first, flushed=flushed):
+            flush(wants_more)
+            if first.is_set():
+                flushed.set()
 
-    def late(agent) -> None:
-        if first.is_set() and threading.current_thread().name != "allocation":
-            assert flushed.wait(30), "no allocation run after the first agent was added"
-            delayed.append(agent.name)
-        apply(agent)
-        first.set()
+        def late(agent, apply=apply, first=first, flushed=flushed, delayed=delayed):
+            if first.is_set() and threading.current_thread().name != "allocation":
+                assert flushed.wait(30), "no allocation run after the first agent was added"
+                delayed.append(agent.name)
+            apply(agent)
+            first.set()
 
-    backend.flush, broker.agent_added = flush_then_tell, late
-    with service:
-        wait_for(lambda: framework_metric(mesos, "calls/suppress") >= 1, 60,
-                 "the idle broker to decline and suppress")  # fmt: skip
-        wait_for(lambda: len(broker.engine.agents) == len(AGENTS), 30, "all six agents")
-        assert delayed, "the race did not happen: no report was applied after a run"
-        wait_for(lambda: backend.offer_stats()["held"] == 0, 30, "every offer declined")
-        held_at_master = offers_held_by(mesos, backend.framework_id)
-        with broker._lock:
-            for name, agent in broker.engine.agents.items():
-                book = backend.offers.capacity(name)
-                assert agent.capacity.tolist() == [book.get(r, 0.0) for r in ("cpus", "mem")]
-                assert not agent.capacity.any() or name in held_at_master, (name, agent)
-        assert held_at_master == {} and mesos.metrics()["master/outstanding_offers"] == 0
-        # a tenant is granted only where an offer comes: its launches all succeed
-        register(service, "pi", 2, 1024, target=2)
-        wait_for(lambda: len(mesos.tasks("TASK_RUNNING")) == 2, 60, "two running tasks")
-        assert broker.tenants["pi"].standing.rests == {}
-        assert broker.tenants["pi"].next_executor == 3  # no launch failed and was replaced
+        backend.flush, broker.agent_added = flush_then_tell, late
+        with service:
+            wait_for(lambda b=backend: b.subscription.suppressed, 60,
+                     "the idle broker to decline and suppress")  # fmt: skip
+            wait_for(lambda b=broker: len(b.engine.agents) == len(AGENTS), 30, "all agents")
+            wait_for(lambda b=backend: b.offer_stats()["held"] == 0, 30, "offers declined")
+            held_at_master = offers_held_by(mesos, backend.framework_id)
+            with broker._lock:
+                for name, agent in broker.engine.agents.items():
+                    book = backend.offers.capacity(name)
+                    assert agent.capacity.tolist() == [book.get(r, 0.0) for r in ("cpus", "mem")]
+                    assert not agent.capacity.any() or name in held_at_master, (name, agent)
+            assert held_at_master == {}
+            if not delayed:
+                continue
+            # a tenant is granted only where an offer comes: its launches all succeed
+            register(service, "pi", 2, 1024, target=2)
+            wait_for(lambda: len(mesos.tasks("TASK_RUNNING")) == 2, 60, "two running tasks")
+            assert broker.tenants["pi"].standing.rests == {}
+            assert broker.tenants["pi"].next_executor == 3  # no launch failed, none replaced
+            return
+    pytest.fail("the race never happened: every first report was applied before a run")
 
 
 @pytest.mark.slow
