@@ -571,10 +571,16 @@ def test_idle_broker_starts_believe_no_agent_usable_without_an_offer(
             assert done.returncode == 0, done.stderr
             framework_id = (state / "mesos-framework-id").read_text().strip()
             held = offers_held_by(mesos, framework_id)
-            for agent in json.loads(done.stdout).get("agents", []):
+            agents = json.loads(done.stdout).get("agents", [])
+            usable = 0
+            for agent in agents:
                 capacity = {r: v for r, v in agent.get("capacity", {}).items() if v > 0}
+                usable += bool(capacity)
                 if capacity and agent["name"] not in held:
                     believed.append((start, agent["name"], capacity))
+            print(f"start {start}: {len(agents)} agents known, {usable} with capacity, "
+                  f"{len(held)} with an offer held at the master, outstanding offers "
+                  f"{mesos.metrics().get('master/outstanding_offers')}")  # fmt: skip
         finally:
             serve.send_signal(signal.SIGTERM)
             try:
