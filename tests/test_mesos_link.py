@@ -507,3 +507,83 @@ def test_status_tables_fit_real_41_character_ids() -> None:
     rows = [next(x for x in lines if x.startswith(n + " ")) for n in names]
     _columns_line_up(rows, header, "host", hosts)
     _columns_line_up(rows, header, "executors", ["pi:1"] * 2)
+
+
+# ---- issue 23 on the project's test master: stale first reports, health after re-subscribing
+
+
+def _service(tmp_path: Path, master: MesosMaster, spark: str | None = None) -> BrokerService:
+    options = MesosOptions(master=master.address, spark_home=spark or str(spark_home()),
+                           state_dir=tmp_path, heartbeat_timeout=3.0)  # fmt: skip
+    return BrokerService(
+        BrokerOptions(engine=EngineConfig("rpsdsf", interval=0.3), http_port=0, grpc_port=0,
+                      state_dir=tmp_path),
+        backend=MesosBackend(options),
+    )  # fmt: skip
+
+
+def test_first_reports_delayed_past_a_run_leave_no_stale_capacity(tmp_path: Path) -> None:
+    """The race of issue 23 forced on the test master (three agents): agent_added reports
+    applied after the idle broker's first run declined every offer. Every agent's engine
+    capacity is then what the broker holds (nothing), and the master holds no offer of it."""
+    from support.mesos import DelayedFirstReports
+
+    agents = [AgentSpec(f"r{i}", {"cpus": 4, "mem": 4096}, hostname=f"127.0.4.{10 + i}")
+              for i in range(3)]  # fmt: skip
+    with MesosMaster(agents, allocation_interval=0.3, work_dir=tmp_path / "mesos") as master:
+        for attempt in range(3):
+            service = _service(tmp_path / f"b{attempt}", master)
+            broker, backend = service.broker, service.broker.backend
+            hook = DelayedFirstReports(broker, backend)
+            with service:
+                wait_for(lambda b=backend: b.subscription.suppressed
+                         and len(b.offers.agents) == 3, 30, "offers, then SUPPRESS")  # fmt: skip
+                wait_for(lambda b=broker: len(b.engine.agents) == 3, 30, "all three agents")
+                wait_for(lambda b=backend: b.offer_stats()["held"] == 0, 30, "offers declined")
+                with broker._lock:
+                    for name, agent in broker.engine.agents.items():
+                        book = backend.offers.capacity(name)
+                        assert agent.capacity.tolist() == [book.get("cpus", 0.0),
+                                                           book.get("mem", 0.0)]  # fmt: skip
+                        assert agent.capacity.tolist() == [0.0, 0.0], (name, hook.delayed)
+                framework = backend.framework_id
+                assert not [o for o in master.offers() if o.framework_id == framework]
+            if hook.delayed:
+                return
+    pytest.fail("the race never happened: every first report was applied before a run")
+
+
+def test_healthz_waits_for_reconciliation_after_a_resubscription(tmp_path: Path) -> None:
+    """A running task, then the stream is cut and the master fails the first RECONCILE:
+    /healthz answers 503 "1 tasks unconfirmed since re-subscription" until the repeated
+    RECONCILE (2 s later) confirms the task, then 200."""
+    from allocator.broker.proto import pb
+
+    spark = tmp_path / "sleeping-spark"
+    (spark / "bin").mkdir(parents=True)
+    (spark / "bin" / "spark-class").write_text("#!/bin/sh\nexec sleep 120\n")
+    (spark / "bin" / "spark-class").chmod(0o755)
+    with (
+        MesosMaster(AGENTS, allocation_interval=0.3, work_dir=tmp_path / "mesos") as master,
+        _service(tmp_path / "b", master, str(spark)) as service,
+    ):
+        service.broker.register(pb.RegisterRequest(
+            tenant_id="pi", demand={"cpus": 1, "mem": 512}, target=1,
+            launch=pb.ExecutorLaunch(driver_url="spark://x@127.0.0.1:9", app_id="pi",
+                                     cores=1, heap_mib=128),
+        ))  # fmt: skip
+        wait_for(lambda: master.tasks("TASK_RUNNING"), 30, "the task to run")
+        wait_for(lambda: _healthz(service)[0] == 200, 30, "healthy")
+        reconciles = len(master.calls("RECONCILE"))
+        master.fail_next_call("RECONCILE")
+        master.drop_stream()
+        wait_for(lambda: len(master.calls("RECONCILE")) > reconciles, 30, "a RECONCILE")
+        status, body = _healthz(service)
+        assert status == 503 and body["unreconciled_tasks"] == 1, body
+        assert body["reason"].startswith("1 tasks unconfirmed since re-subscription"), body
+        wait_for(lambda: _healthz(service)[0] == 200, 30, "the task to be confirmed")
+        assert _healthz(service)[1]["unreconciled_tasks"] == 0
+        assert len(master.calls("RECONCILE")) >= reconciles + 2
+        service.broker.set_target("pi", 0)
+        service.broker.kill("pi", ["1"])
+        wait_for(lambda: not master.tasks("TASK_RUNNING"), 30, "the task to be killed")

@@ -11,7 +11,7 @@ import pytest
 import requests
 from support.broker import engine_from
 from support.commands import run_fairbroker
-from support.mesos import PI_CONF, mesos_broker
+from support.mesos import PI_CONF, DelayedFirstReports, mesos_broker
 from support.polling import free_port, wait_for
 from support.real_mesos import (
     SKIP_REASON,
@@ -502,28 +502,11 @@ def test_a_first_report_delayed_past_a_run_leaves_no_stale_capacity(
     where it held no offer. Now each agent's engine capacity is what the book holds.
     (Rarely the allocation thread itself applies the whole first batch, after its declines:
     no report is delayed then, so the start is repeated, at most three times.)"""
-    import threading
-
     spark = str(sleeping_spark(tmp_path))
     for attempt in range(3):
         service = broker_on(tmp_path / f"start-{attempt}", mesos, spark_home=spark)
         broker, backend = service.broker, service.broker.backend
-        flushed, first, delayed = threading.Event(), threading.Event(), []
-        flush, apply = backend.flush, broker.agent_added
-
-        def flush_then_tell(wants_more=True, flush=flush, first=first, flushed=flushed):
-            flush(wants_more)
-            if first.is_set():
-                flushed.set()
-
-        def late(agent, apply=apply, first=first, flushed=flushed, delayed=delayed):
-            if first.is_set() and threading.current_thread().name != "allocation":
-                assert flushed.wait(30), "no allocation run after the first agent was added"
-                delayed.append(agent.name)
-            apply(agent)
-            first.set()
-
-        backend.flush, broker.agent_added = flush_then_tell, late
+        delayed = DelayedFirstReports(broker, backend).delayed
         with service:
             wait_for(lambda b=backend: b.subscription.suppressed, 60,
                      "the idle broker to decline and suppress")  # fmt: skip

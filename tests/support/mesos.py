@@ -73,7 +73,6 @@ def launched(driver: RecordingDriver) -> list[dict]:
     ]
 
 
-
 @contextlib.contextmanager
 def mesos_broker(tmp_path: Path, master, **kw) -> Iterator[BrokerService]:
     """A broker service on the Mesos backend, subscribed to `master` (anything with an
@@ -93,3 +92,31 @@ def mesos_broker(tmp_path: Path, master, **kw) -> Iterator[BrokerService]:
     with BrokerService(options, backend=backend) as service:
         yield service
 
+
+class DelayedFirstReports:
+    """Issue 23's race, forced: every `agent_added` applied off the allocation thread
+    (pymesos's) after the first waits until an allocation run has flushed (declined the
+    held offers, suppressed). Installed on a broker before it starts; `delayed` lists the
+    agents whose report was held back past a run."""
+
+    def __init__(self, broker, backend, wait_s: float = 30.0) -> None:
+        import threading
+
+        self.first, self.flushed = threading.Event(), threading.Event()
+        self.delayed: list[str] = []
+        self._flush, self._apply, self._wait_s = backend.flush, broker.agent_added, wait_s
+        backend.flush, broker.agent_added = self.flush, self.agent_added
+
+    def flush(self, wants_more: bool = True) -> None:
+        self._flush(wants_more)
+        if self.first.is_set():
+            self.flushed.set()
+
+    def agent_added(self, agent) -> None:
+        import threading
+
+        if self.first.is_set() and threading.current_thread().name != "allocation":
+            assert self.flushed.wait(self._wait_s), "no allocation run after the first agent"
+            self.delayed.append(agent.name)
+        self._apply(agent)
+        self.first.set()
