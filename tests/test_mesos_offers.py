@@ -79,6 +79,22 @@ def test_a_first_offer_makes_an_agent_with_the_offers_total_and_its_attributes()
     assert master.calls == []
 
 
+def test_a_first_report_is_read_when_applied_too() -> None:
+    """Issue 23: the first report of an agent used to carry a snapshot of its first offer;
+    an allocation run that declines the offer before the report is applied leaves the
+    report reading nothing, and a later offer of the agent is a capacity change."""
+    offers, _, events = book()
+    offers.receive(offer("o1", "S1", "h1", 8, 4096))
+    offers.take_by_agent()  # the run declined it before the report reached the broker
+    deliver(offers)
+    (agent,) = events.added
+    assert agent.name == "S1" and dict(agent.resources) == {}
+    offers.receive(offer("o2", "S1", "h1", 2, 1024))
+    deliver(offers)
+    assert len(events.added) == 1 and [n for n, _ in events.changed] == ["S1"]
+    assert dict(agent.resources) == {"cpus": 2.0, "mem": 1024.0}
+
+
 def test_a_second_offer_of_a_known_agent_is_a_capacity_change_read_when_applied() -> None:
     offers, _, events = book()
     offers.receive(offer("o1", "S1", "h1", 8, 4096))
