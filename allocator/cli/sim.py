@@ -65,6 +65,11 @@ def sim(ctx: click.Context, scenario: str, engine, seeds: int, compare: bool, **
         check_output_file(options["series"], "--series")
     kind = scenario_kind(scenario)
     _refuse_other_kind(ctx, BATCH_ONLY if kind == "trace" else TRACE_ONLY, kind)
+    if kind == "trace" and engine.reclaims:
+        raise click.UsageError(
+            "--reclaim-after: only for batch scenarios; the trace simulator does not model "
+            "reclaim (docs/reclaim.md)"
+        )
     quiet = options["quiet"] or options["as_json"] or not sys.stderr.isatty()
     if kind == "trace":
         runs = _trace_runs(scenario, engine, seeds, compare, options, quiet)
@@ -92,6 +97,8 @@ def sim(ctx: click.Context, scenario: str, engine, seeds: int, compare: bool, **
                    f"(fluid {b['bound_fluid_s']:.1f} s: capacity only; chain "
                    f"{b['bound_chain_s']:.1f} s: a queue's jobs with their overhead)")  # fmt: skip
     click.echo(_render(kind, list(summaries.values()), seeds))
+    if engine.reclaims:
+        click.echo(_reclaim_lines(list(summaries.values()), engine))
     if options["plot"]:
         click.echo(f"plot written to {options['plot']}")
 
@@ -270,6 +277,20 @@ def _render(kind: str, summaries: list[dict[str, Any]], seeds: int) -> str:
         lines.append(line)
     if kind == "batch":
         lines += _admission_note(summaries)
+    return "\n".join(lines)
+
+
+def _reclaim_lines(summaries: list[dict[str, Any]], engine) -> str:
+    """Per configuration: executors reclaimed and work lost (mean over the seeds)."""
+    lines = [f"reclaim after {engine.reclaim_after:g} s, grace {engine.reclaim_grace:g} s "
+             "(docs/reclaim.md, the simulator's model):"]  # fmt: skip
+    for s in summaries:
+        runs = [r["reclaim"] for r in s.get("runs", [s])]
+        executors = sum(r["executors"] for r in runs) / len(runs)
+        lost = sum(r["work_lost_s"] for r in runs) / len(runs)
+        per_seed = " per seed" if len(runs) > 1 else ""
+        lines.append(f"  {s['scheduler']}/{s['mode']}: {executors:g} executors reclaimed, "
+                     f"{lost:.1f} executor-s of work lost{per_seed}")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -92,6 +92,10 @@ class TraceSimulator:
         audit: bool = False,
     ) -> None:
         """`config`'s role weights override the workload's user weights user by user."""
+        if config.reclaims:
+            raise ScenarioError(
+                "reclaim_after: the trace simulator does not model reclaim (batch scenarios do)"
+            )
         self.workload = w = workload
         self.config = config.with_default_role_weights({u.name: u.weight for u in w.users})
         self.seed = config.seed

@@ -1,0 +1,175 @@
+"""Reclaim in the batch simulator (issue 22): hand-computed timelines on one agent, the work
+lost, protected groups, the fair-share watch, reclaim off unchanged, and the CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from support.commands import run_fairbroker
+
+from allocator.engine_config import EngineConfig
+from allocator.scenarios.batch import load_batch, parse_batch
+from allocator.sim.batch_sim import BatchSimulator, SimResult
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "benchmarks" / "scenarios"
+
+
+def group(name: str, work: float, task_s: float = 40.0, arrival: float | None = None,
+          executors: int = 4) -> dict:  # fmt: skip
+    spec = {
+        "name": name,
+        "queues": 1,
+        "jobs_per_queue": 1,
+        "demand": {"cpus": 1, "mem": 1},
+        "executors": executors,
+        "job": {"work": work, "startup_s": 0, "executor_start_s": 0, "serial_s": 0,
+                "release_spread_s": 0, "task_s": task_s},
+    }  # fmt: skip
+    if arrival is not None:  # a late arrival: its own pool, its time counts from arrival_s
+        spec |= {"admission": {"policy": "fcfs"}, "jobs": [{"arrival_s": arrival}]}
+    return spec
+
+
+def late_batch(task_s: float = 40.0, cpus: int = 4, *groups: dict) -> dict:
+    """One agent of `cpus` 1-cpu slots; A fills it at 0 with 4 long executors, B (same
+    demand) arrives at 100 s with 200 executor-s of work."""
+    return {
+        "agents": [{"name": "s", "resources": {"cpus": cpus, "mem": 64}}],
+        "groups": [group("a", 4000, task_s), group("b", 200, arrival=100), *groups],
+    }
+
+
+def run(data: dict, **config) -> SimResult:
+    engine = EngineConfig("drf", **config)
+    return BatchSimulator(parse_batch(data), engine, watch_fair_share=True).run()
+
+
+def jobs(result: SimResult) -> dict[str, object]:
+    return {job.group: job for job in result.jobs}
+
+
+RECLAIM = {"reclaim_after": 10, "reclaim_grace": 5, "reclaim_min_runtime": 5}
+
+
+def test_late_tenant_waits_for_the_long_job_without_reclaim():
+    """A runs 4 executors from 0 s: 4000 executor-s end at 1000 s; B holds nothing before."""
+    result = run(late_batch())
+    a, b = jobs(result).values()
+    assert a.finished == pytest.approx(1000)
+    assert b.fair_share_at >= 1000
+    assert b.finished == pytest.approx(1000 + 200 / 4)  # all 4 slots once A is gone
+    assert result.to_json().get("reclaim") is None
+    assert a.reclaimed == b.reclaimed == 0
+
+
+def test_late_tenant_reaches_its_fair_share_after_reclaim_after_plus_grace():
+    """B registers at 100 s and waits from the run at 100 s; at 110 s (reclaim_after 10) two
+    of A's executors are reclaimed (fair share 2 + 2), killed at 115 s (grace 5), and the
+    allocation run at 115 s gives B both slots: within reclaim_after + grace + one interval.
+    A's tasks are 40 s, started at 0 s: at 110 s each is 30 s into its task, 10 s from its
+    end, more than the grace, so each killed executor loses 30 + 5 = 35 executor-s."""
+    result = run(late_batch(task_s=40), **RECLAIM)
+    a, b = jobs(result).values()
+    assert b.fair_share_at - b.submitted <= 10 + 5 + 1
+    assert b.fair_share_at == pytest.approx(115)
+    assert a.reclaimed == 2 and b.reclaimed == 0
+    assert a.work_lost == pytest.approx(2 * 35)
+    # B: 200 executor-s on 2 executors from 115 s: ends at 215 s.
+    assert b.finished == pytest.approx(215)
+    # A: 4 x 115 s done by 115 s, 70 lost; 2 executors until 215 s; then 4 again.
+    done = 4 * 115 - 70 + 2 * 100
+    assert a.finished == pytest.approx(215 + (4000 - done) / 4)
+    reclaim = result.to_json()["reclaim"]
+    assert reclaim["executors"] == 2
+    assert reclaim["work_lost_s"] == pytest.approx(70)
+    assert reclaim["by_group"]["b"]["to_fair_share_s"] == pytest.approx(15)
+
+
+def test_a_task_ending_within_the_grace_loses_nothing():
+    """Tasks of 7 s: at 110 s an executor is 5 s into its 16th task (105 s), which ends at
+    112 s, within the grace: no work is lost; the executor idles until the kill at 115 s."""
+    result = run(late_batch(task_s=7), **RECLAIM)
+    a, b = jobs(result).values()
+    assert a.reclaimed == 2
+    assert a.work_lost == 0
+    # Working 4 until 112 s, 2 from 112 s until B ends at 215 s, then 4.
+    done = 4 * 112 + 2 * (215 - 112)
+    assert a.finished == pytest.approx(215 + (4000 - done) / 4)
+    assert b.fair_share_at == pytest.approx(115)
+
+
+def test_a_longer_grace_keeps_the_room_used_longer():
+    result = run(late_batch(task_s=1000), **(RECLAIM | {"reclaim_grace": 20}))
+    a, b = jobs(result).values()
+    assert b.fair_share_at == pytest.approx(130)  # 100 + 10 + 20
+    assert a.work_lost == pytest.approx(2 * 130)  # killed 130 s into their first task
+
+
+def test_protected_group_is_never_a_victim():
+    """Six slots: A (protected) and C want 3 each and split the agent; B arrives with a fair
+    share of 2 (6 slots, 3 tenants): only C gives one executor (down to its fair share 2), A
+    keeps its 3 and B stays at 1. Without the protection each gives one."""
+    data = late_batch(40, 6)
+    data["groups"][0]["executors"] = 3
+    data["groups"].append(group("c", 3000, executors=3))
+    result = run(data, **RECLAIM, protected_groups=("a",))
+    by = jobs(result)
+    assert by["a"].reclaimed == 0
+    assert by["c"].reclaimed == 1
+    assert by["b"].fair_share_at != by["b"].fair_share_at  # never reached: 1 of 2
+    unprotected = run(data, **RECLAIM)
+    assert jobs(unprotected)["a"].reclaimed == 1 and jobs(unprotected)["c"].reclaimed == 1
+
+
+def test_whole_group_protected_means_no_reclaim_at_all():
+    result = run(late_batch(), **RECLAIM, protected_groups=("a",))
+    a, b = jobs(result).values()
+    assert a.reclaimed == 0 and a.work_lost == 0
+    assert b.fair_share_at >= 1000
+
+
+#: `fairbroker sim benchmarks/scenarios/spark-fill.yaml --json` at seeds 0 and 1, DRF and
+#: rPS-DSF, before the simulator could reclaim (commit 34e87f3): reclaim off changes nothing.
+DIGESTS = {
+    ("drf", 0): "2b6b43aadbeaa017",
+    ("drf", 1): "a4995f5cec72bae1",
+    ("rpsdsf", 0): "af0e40791216e61a",
+    ("rpsdsf", 1): "ede34a694f0c9792",
+}
+
+
+@pytest.mark.parametrize(("scheduler", "seed"), sorted(DIGESTS))
+def test_reclaim_off_replays_the_simulator_unchanged(scheduler: str, seed: int):
+    batch = load_batch(SCENARIOS / "spark-fill.yaml")
+    result = BatchSimulator(batch, EngineConfig(scheduler, seed=seed)).run()
+    payload = result.to_json()
+    payload["finished"] = [round(j.finished, 9) for j in result.jobs]
+    text = json.dumps(payload, sort_keys=True)
+    assert hashlib.sha256(text.encode()).hexdigest()[:16] == DIGESTS[(scheduler, seed)]
+    assert "reclaim" not in payload and "reclaim_after" not in payload["engine"]
+
+
+def test_sim_cli_acts_on_reclaim_after_and_writes_it_with_the_results(tmp_path: Path):
+    path = tmp_path / "late.yaml"
+    path.write_text(json.dumps(late_batch()))
+    out = run_fairbroker("sim", str(path), "-s", "drf", "--reclaim-after", "10",
+                         "--reclaim-grace", "5", "--json")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    payload = json.loads(out.stdout)
+    assert payload["engine"]["reclaim_after"] == 10
+    assert payload["engine"]["reclaim_grace"] == 5
+    assert payload["reclaim"]["executors"] == 2
+    assert payload["reclaim"]["work_lost_s"] == pytest.approx(70)
+    text = run_fairbroker("sim", str(path), "-s", "drf", "--reclaim-after", "10",
+                          "--reclaim-grace", "5")  # fmt: skip
+    assert "2 executors reclaimed" in text.stdout
+
+
+def test_sim_refuses_reclaim_on_a_trace():
+    trace = SCENARIOS / "google-24h.yaml"
+    out = run_fairbroker("sim", str(trace), "--reclaim-after", "10", "--horizon", "60")
+    assert out.returncode == 2
+    assert "--reclaim-after" in out.stderr and "trace" in out.stderr
