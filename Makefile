@@ -97,6 +97,7 @@ bench: install
 	$(PY) -m benchmarks.bench_fuga
 	$(PY) -m benchmarks.fuga_report
 	$(PY) -m benchmarks.admission_report
+	$(PY) -m benchmarks.bench_reclaim_sim
 
 clean:
 	rm -rf $(VENV) $(VENV35) $(VENV_DEPLOY) .pytest_cache .hypothesis

@@ -173,3 +173,15 @@ def test_sim_refuses_reclaim_on_a_trace():
     out = run_fairbroker("sim", str(trace), "--reclaim-after", "10", "--horizon", "60")
     assert out.returncode == 2
     assert "--reclaim-after" in out.stderr and "trace" in out.stderr
+
+
+def test_whatif_acts_on_reclaim_and_reports_it():
+    from allocator.sim.whatif import run_whatif
+
+    base = EngineConfig(**RECLAIM)
+    report = run_whatif(parse_batch(late_batch()), ["drf"], ["characterized"], 2, base)
+    (config,) = report.configs
+    assert config.reclaimed == [2, 2]
+    assert config.work_lost == pytest.approx([70, 70])
+    assert "work lost s" in report.render()
+    assert report.to_json()["configurations"][0]["work_lost_s"]["mean"] == pytest.approx(70)
