@@ -185,3 +185,22 @@ def test_whatif_acts_on_reclaim_and_reports_it():
     assert config.work_lost == pytest.approx([70, 70])
     assert "work lost s" in report.render()
     assert report.to_json()["configurations"][0]["work_lost_s"]["mean"] == pytest.approx(70)
+
+
+@pytest.mark.parametrize(
+    ("knobs", "times"),
+    [
+        ({}, [110, 110]),  # both placements in the run at 110 s
+        ({"reclaim_per_run": 1}, [110, 111]),  # one per run
+        ({"reclaim_per_minute": 1}, [110, 170]),  # the second once a minute has passed
+        ({"reclaim_min_runtime": 200}, [200, 200]),  # A's executors started at 0 s
+        ({"reclaim_per_run": 0}, []),
+    ],
+)
+def test_every_bound_acts_in_the_simulator(knobs: dict, times: list[float]):
+    simulator = BatchSimulator(parse_batch(late_batch()), EngineConfig("drf", **RECLAIM | knobs))
+    simulator.run()
+    assert simulator.reclaim is not None
+    decisions = simulator.reclaim.decisions
+    assert [t for t, _ in decisions] == times
+    assert all(d.victim.startswith("a-") and d.beneficiary.startswith("b-") for _, d in decisions)

@@ -109,8 +109,8 @@ class SimResult:
         } | ({"reclaim": self.reclaim_json()} if self.reclaims else {})
 
     def reclaim_json(self) -> dict[str, object]:
-        """Executors reclaimed, work lost (executor-seconds) and the time from submission
-        to the fair share, per group (mean over its jobs that reached it)."""
+        """Executors reclaimed, work lost (executor-seconds) and the mean time from
+        submission to the fair share (`Job.to_fair_share`), in all and per group."""
         groups: dict[str, list[Job]] = {}
         for job in self.jobs:
             groups.setdefault(job.group, []).append(job)
