@@ -13,6 +13,7 @@ from support.commands import run_fairbroker
 from allocator.engine_config import EngineConfig
 from allocator.scenarios.batch import load_batch, parse_batch
 from allocator.sim.batch_sim import BatchSimulator, SimResult
+from allocator.sim.trace_sim import run_trace
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "benchmarks" / "scenarios"
 
@@ -168,11 +169,64 @@ def test_sim_cli_acts_on_reclaim_after_and_writes_it_with_the_results(tmp_path: 
     assert "2 executors reclaimed" in text.stdout
 
 
-def test_sim_refuses_reclaim_on_a_trace():
-    trace = SCENARIOS / "google-24h.yaml"
-    out = run_fairbroker("sim", str(trace), "--reclaim-after", "10", "--horizon", "60")
-    assert out.returncode == 2
-    assert "--reclaim-after" in out.stderr and "trace" in out.stderr
+def trace(**extra) -> dict:
+    """One agent of 4 slots; user a submits 4 tasks of 1000 s at 0 s, user b 4 of 50 s at
+    100 s."""
+    task = {"demand": {"cpus": 1, "mem": 1}, "tasks": 4}
+    return {
+        "kind": "trace",
+        "name": "late",
+        "cluster": {"agents": [{"name": "s", "resources": {"cpus": 4, "mem": 64}}]},
+        "jobs": {"list": [{"user": "a", "name": "ja", "submit_s": 0, "duration_s": 1000, **task},
+                          {"user": "b", "name": "jb", "submit_s": 100, "duration_s": 50,
+                           **task}]},
+        **extra,
+    }  # fmt: skip
+
+
+def test_trace_without_reclaim_b_waits_for_a():
+    result = run_trace(trace(), EngineConfig("drf"), audit=True)
+    assert list(result.jct) == pytest.approx([1000, 1050 - 100])
+    assert result.reclaim is None and "reclaim" not in result.to_json()
+
+
+def test_trace_reclaim_kills_and_reruns_tasks():
+    """At 110 s two of a's tasks are reclaimed (fair shares 2 and 2), killed at 115 s: 115 s
+    each lost, back in a's queue with their 1000 s. b runs two tasks 115-165 s and two
+    165-215 s; a's two re-run tasks start at 215 s and end at 1215 s."""
+    result = run_trace(trace(), EngineConfig("drf", **RECLAIM), audit=True)
+    assert list(result.jct) == pytest.approx([1215, 215 - 100])
+    assert result.tasks_completed == 8
+    reclaim = result.to_json()["reclaim"]
+    assert reclaim["executors"] == 2
+    assert reclaim["work_lost_s"] == pytest.approx(230)
+    assert reclaim["by_user"] == {"a": {"executors": 2, "work_lost_s": pytest.approx(230)}}
+
+
+def test_trace_task_ending_within_the_grace_is_not_lost():
+    """a's tasks last 113 s: reclaimed at 110 s, they end at 113 s, within the grace (5 s)."""
+    data = trace()
+    data["jobs"]["list"][0]["duration_s"] = 113
+    result = run_trace(data, EngineConfig("drf", **RECLAIM), audit=True)
+    assert result.to_json()["reclaim"]["work_lost_s"] == 0
+    assert result.tasks_completed == 8
+
+
+def test_trace_protected_user_is_never_a_victim():
+    result = run_trace(trace(), EngineConfig("drf", **RECLAIM, protected_groups=("a",)))
+    assert result.to_json()["reclaim"]["executors"] == 0
+    assert list(result.jct) == pytest.approx([1000, 950])
+
+
+def test_sim_cli_reclaims_on_a_trace(tmp_path: Path):
+    path = tmp_path / "late.yaml"
+    path.write_text(json.dumps(trace()))
+    out = run_fairbroker("sim", str(path), "-s", "drf", "--reclaim-after", "10",
+                         "--reclaim-grace", "5", "--json")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    payload = json.loads(out.stdout)
+    assert payload["engine"]["reclaim_after"] == 10
+    assert payload["reclaim"]["work_lost_s"] == pytest.approx(230)
 
 
 def test_whatif_acts_on_reclaim_and_reports_it():

@@ -65,11 +65,6 @@ def sim(ctx: click.Context, scenario: str, engine, seeds: int, compare: bool, **
         check_output_file(options["series"], "--series")
     kind = scenario_kind(scenario)
     _refuse_other_kind(ctx, BATCH_ONLY if kind == "trace" else TRACE_ONLY, kind)
-    if kind == "trace" and engine.reclaims:
-        raise click.UsageError(
-            "--reclaim-after: only for batch scenarios; the trace simulator does not model "
-            "reclaim (docs/reclaim.md)"
-        )
     quiet = options["quiet"] or options["as_json"] or not sys.stderr.isatty()
     if kind == "trace":
         runs = _trace_runs(scenario, engine, seeds, compare, options, quiet)
