@@ -28,11 +28,13 @@ run: install
 
 # Debian's Prometheus server and promtool, for tests/test_prometheus.py.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-# ... and Debian's docker-compose 1.29, which validates docker/compose.yaml without an engine.
+# ... and Debian's docker-compose 1.29, which validates docker/compose.yaml without an engine,
+# and amtool (prometheus-alertmanager), which checks deploy/alertmanager.yml.
 system-deps:
 	missing=""; \
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
 	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
+	command -v amtool >/dev/null || missing="$$missing prometheus-alertmanager"; \
 	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
 	[ -z "$$missing" ] || ($(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		$(SUDO) apt-get install -y -qq --no-install-recommends $$missing)
@@ -97,6 +99,8 @@ bench: install
 	$(PY) -m benchmarks.bench_fuga
 	$(PY) -m benchmarks.fuga_report
 	$(PY) -m benchmarks.admission_report
+	$(PY) -m benchmarks.bench_reclaim
+	$(PY) -m benchmarks.bench_explain
 	$(PY) -m benchmarks.bench_reclaim_sim
 
 clean:

@@ -315,11 +315,22 @@ class Engine:
         self._eligible[slot] = False
         self._drop_filters(lambda key: key[0] == name)
         del self.frameworks[name]
+        self._forget_role_if_unused(int(self._role[slot]))
         if freed:
             self._dirty = True
             if self.trigger is Trigger.RELEASE:
                 self.run_now = True
         return freed
+
+    def _forget_role_if_unused(self, role: int) -> None:
+        """A role no registered framework has is dropped, so that groups which came and went
+        cost neither memory nor time in every run; the other roles keep their order."""
+        if (self._active & (self._role == role)).any():
+            return
+        del self._roles[role]
+        dropped = self._role == role  # free slots only
+        self._role[self._role > role] -= 1
+        self._role[dropped] = 0
 
     def set_target(self, name: str, target: float) -> None:
         """How many tasks the framework wants in all; raising it is a revive."""

@@ -36,18 +36,13 @@ resource "aws_instance" "master" {
   instance_type               = var.master_instance_type
   subnet_id                   = aws_subnet.cluster.id
   private_ip                  = local.master_ips[count.index]
-  vpc_security_group_ids      = [aws_security_group.cluster.id]
+  vpc_security_group_ids      = [aws_security_group.master.id]
   associate_public_ip_address = true
   key_name                    = var.ssh_key_name
   monitoring                  = true
   ebs_optimized               = true
   iam_instance_profile        = aws_iam_instance_profile.node.name
-  user_data = templatefile("${path.module}/templates/master.yaml.tftpl", merge(local.common, {
-    id         = count.index + 1
-    master_ips = local.master_ips
-    quorum     = floor(var.master_count / 2) + 1
-    cluster    = var.name
-  }))
+  user_data_base64            = base64gzip(local.user_data_master[count.index])
   metadata_options {
     http_endpoint = "enabled"
     http_tokens   = "required"
@@ -65,16 +60,13 @@ resource "aws_instance" "agent" {
   ami                         = local.ami
   instance_type               = each.value.instance_type
   subnet_id                   = aws_subnet.cluster.id
-  vpc_security_group_ids      = [aws_security_group.cluster.id, aws_security_group.tenant_agent.id]
+  vpc_security_group_ids      = [aws_security_group.agent.id]
   associate_public_ip_address = true
   key_name                    = var.ssh_key_name
   monitoring                  = true
   ebs_optimized               = true
   iam_instance_profile        = aws_iam_instance_profile.node.name
-  user_data = templatefile("${path.module}/templates/agent.yaml.tftpl", merge(local.common, {
-    resources  = "cpus:${each.value.cpus};mem:${each.value.mem_mb}"
-    attributes = "type:${each.value.type}"
-  }))
+  user_data_base64            = base64gzip(local.user_data_agent[each.key])
   metadata_options {
     http_endpoint = "enabled"
     http_tokens   = "required"
@@ -92,26 +84,13 @@ resource "aws_instance" "broker" {
   instance_type               = var.broker_instance_type
   subnet_id                   = aws_subnet.cluster.id
   private_ip                  = local.broker_ip
-  vpc_security_group_ids      = [aws_security_group.cluster.id, aws_security_group.tenant_broker.id]
+  vpc_security_group_ids      = [aws_security_group.broker.id]
   associate_public_ip_address = true
   key_name                    = var.ssh_key_name
   monitoring                  = true
   ebs_optimized               = true
   iam_instance_profile        = aws_iam_instance_profile.node.name
-  user_data = templatefile("${path.module}/templates/broker.yaml.tftpl", merge(local.common, {
-    wheel_url       = var.fairbroker_wheel_url
-    install_pymesos = file("${path.module}/../scripts/install_pymesos.py")
-    role            = var.broker_role
-    scheduler       = var.broker_scheduler
-    master_ip       = local.master_ips[0]
-    quota_cpus      = sum([for a in values(local.agents) : a.cpus])
-    quota_mem       = sum([for a in values(local.agents) : a.mem_mb])
-    broker_ip       = local.broker_ip
-    systemd_unit    = file("${path.module}/../deploy/systemd/fairbroker.service")
-    alerts          = file("${path.module}/../deploy/alerts.yml")
-    grafana_board   = file("${path.module}/../deploy/grafana/fairbroker.json")
-    grafana_boards  = file("${path.module}/../deploy/grafana/dashboards.yml")
-  }))
+  user_data_base64            = base64gzip(local.user_data_broker)
   metadata_options {
     http_endpoint = "enabled"
     http_tokens   = "required"

@@ -32,3 +32,13 @@ output "agents" {
   description = "Agent name => private IP, type."
   value       = { for k, a in aws_instance.agent : k => { ip = a.private_ip, type = local.agents[k].type } }
 }
+
+output "alertmanager_url" {
+  description = "Alertmanager on the broker host (admin CIDRs only)."
+  value       = "http://${aws_instance.broker.public_ip}:9093"
+}
+
+output "mesos_credentials_sha256" {
+  description = "SHA-256 of the masters' Mesos credentials file: the same on every apply (the secrets are drawn once), and comparable with `sha256sum /etc/mesos/credentials.json` on a master."
+  value       = sha256(local.mesos_credentials)
+}

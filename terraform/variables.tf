@@ -19,8 +19,8 @@ variable "vpc_cidr" {
   type        = string
   default     = "10.42.0.0/16"
   validation {
-    condition     = can(cidrhost(var.vpc_cidr, 0)) && tonumber(split("/", var.vpc_cidr)[1]) <= 24
-    error_message = "vpc_cidr: a valid IPv4 CIDR block of /24 or larger."
+    condition     = can(cidrnetmask(var.vpc_cidr)) && try(cidrsubnet(var.vpc_cidr, 0, 0) == var.vpc_cidr, false) && try(tonumber(split("/", var.vpc_cidr)[1]) <= 24 && tonumber(split("/", var.vpc_cidr)[1]) >= 16, false)
+    error_message = "vpc_cidr: an IPv4 CIDR block written canonically, from /16 to /24 (the sizes AWS allows for a VPC)."
   }
 }
 
@@ -29,27 +29,54 @@ variable "subnet_cidr" {
   type        = string
   default     = "10.42.1.0/24"
   validation {
-    condition     = can(cidrhost(var.subnet_cidr, 0))
-    error_message = "subnet_cidr: a valid IPv4 CIDR block."
+    condition     = can(cidrnetmask(var.subnet_cidr)) && try(cidrsubnet(var.subnet_cidr, 0, 0) == var.subnet_cidr, false) && try(tonumber(split("/", var.subnet_cidr)[1]) <= 27, false)
+    error_message = "subnet_cidr: an IPv4 CIDR block written canonically, /27 or wider (it holds the masters from .10 and the broker at .20)."
+  }
+}
+
+# A CIDR block is checked by parsing it: an IPv4 block (cidrnetmask refuses IPv6 and
+# malformed text), written canonically (cidrsubnet(c, 0, 0) == c: no host bits, no leading
+# zeros such as 0.0.0.0/00 or 010.0.0.0/8), no wider than min_cidr_prefix allows. So the
+# whole Internet is refused however it is written: 0.0.0.0/0, 0.0.0.0/00, ::/0, or two /1
+# blocks (each wider than the narrowest limit allowed, /8).
+variable "min_cidr_prefix" {
+  description = "The widest block admin_cidrs and tenant_cidrs may hold, as a prefix length: 16 allows a /16 (65,536 addresses) and narrower. From 8 to 32."
+  type        = number
+  default     = 16
+  validation {
+    condition     = var.min_cidr_prefix >= 8 && var.min_cidr_prefix <= 32 && floor(var.min_cidr_prefix) == var.min_cidr_prefix
+    error_message = "min_cidr_prefix: a whole number from 8 to 32."
   }
 }
 
 variable "admin_cidrs" {
-  description = "Who may reach the admin ports (SSH, Mesos 5050/5051, ZooKeeper, the broker's API and metrics, Prometheus, Grafana). Never the whole Internet."
+  description = "Who may reach the admin ports (SSH, Mesos 5050/5051, ZooKeeper, the broker's API and metrics, Prometheus, Alertmanager, Grafana): IPv4 blocks no wider than min_cidr_prefix."
   type        = list(string)
   validation {
-    condition     = length(var.admin_cidrs) > 0 && alltrue([for c in var.admin_cidrs : can(cidrhost(c, 0)) && c != "0.0.0.0/0" && c != "::/0"])
-    error_message = "admin_cidrs: one or more valid CIDR blocks, none of them 0.0.0.0/0 or ::/0."
+    condition     = length(var.admin_cidrs) > 0
+    error_message = "admin_cidrs: at least one CIDR block (there is no default: say who administers)."
+  }
+  validation {
+    condition     = alltrue([for c in var.admin_cidrs : can(cidrnetmask(c)) && try(cidrsubnet(c, 0, 0) == c, false)])
+    error_message = "admin_cidrs: each entry must be an IPv4 CIDR block written canonically (network address, no leading zeros), e.g. 203.0.113.0/24."
+  }
+  validation {
+    condition     = alltrue([for c in var.admin_cidrs : try(tonumber(split("/", c)[1]) >= var.min_cidr_prefix, false)])
+    error_message = "admin_cidrs: a block is wider than min_cidr_prefix allows (never the whole Internet: 0.0.0.0/0 however written, ::/0, two /1 blocks)."
   }
 }
 
 variable "tenant_cidrs" {
-  description = "Where Spark drivers run: they reach the broker's tenant API (7080-7081) and the executors reach them back. Default: inside the VPC only."
+  description = "Where Spark drivers run: they reach the broker's tenant API (7080-7081) and the executors' ports on the agents. IPv4 blocks no wider than min_cidr_prefix; default: the VPC only."
   type        = list(string)
   default     = []
   validation {
-    condition     = alltrue([for c in var.tenant_cidrs : can(cidrhost(c, 0)) && c != "0.0.0.0/0" && c != "::/0"])
-    error_message = "tenant_cidrs: valid CIDR blocks, none of them 0.0.0.0/0 or ::/0."
+    condition     = alltrue([for c in var.tenant_cidrs : can(cidrnetmask(c)) && try(cidrsubnet(c, 0, 0) == c, false)])
+    error_message = "tenant_cidrs: each entry must be an IPv4 CIDR block written canonically (network address, no leading zeros), e.g. 10.42.0.0/16."
+  }
+  validation {
+    condition     = alltrue([for c in var.tenant_cidrs : try(tonumber(split("/", c)[1]) >= var.min_cidr_prefix, false)])
+    error_message = "tenant_cidrs: a block is wider than min_cidr_prefix allows (never the whole Internet: 0.0.0.0/0 however written, ::/0, two /1 blocks)."
   }
 }
 

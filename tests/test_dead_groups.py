@@ -71,11 +71,6 @@ def test_the_scrape_holds_the_live_groups_only(churned) -> None:
     assert {pb.RegisterRequest.FromString(blob).group for (blob,) in rows} == LIVE
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the engine keeps every role it ever saw (Engine._roles); the fix is in "
-    "allocator/engine.py, outside this change: see the report of branch i-store",
-)
 def test_the_engine_forgets_a_group_with_no_tenant_and_no_executor(churned) -> None:
     broker, _ = churned
     assert _engine_groups(broker) == LIVE

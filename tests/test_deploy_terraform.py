@@ -1,10 +1,11 @@
-"""terraform/: `terraform fmt -check`, checkov with no failed check (each skip justified
-inline), the variables' validation blocks evaluated by real terraform, and the structure
-(security group rules, agent types, outputs, cloud-init) read with python-hcl2.
+"""terraform/: `terraform test` (terraform/tests/*.tftest.hcl: the security groups' rules, the
+variables' validations and the rendered cloud-init, with a mocked AWS provider), `terraform fmt
+-check`, checkov with no failed check (each skip justified inline), the variables' validation
+blocks on their own, and the structure read with python-hcl2.
 
-`terraform validate` of the whole module needs the AWS provider, which cannot be downloaded
-here; the variables are validated on their own (they need no provider), the rest by checkov
-and the structural tests."""
+The AWS provider cannot be downloaded here: `terraform test` initialises the module from a
+local provider mirror (TF_PLUGIN_DIR, default /opt/tf-plugins, as on this machine image) and
+skips, saying so, where there is none."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from allocator.cli.serve_config import load_serve_config
 REPO = Path(__file__).resolve().parents[1]
 TF = REPO / "terraform"
 DEPLOY_BIN = REPO / ".venv-deploy" / "bin"
-ADMIN_PORTS = {22, 5050, 5051, 2181, 7080, 7081, 7082, 9090, 3000}
+PLUGIN_DIR = Path(os.environ.get("TF_PLUGIN_DIR", "/opt/tf-plugins"))
+CONTROL_PORTS = {22, 2181, 2888, 3000, 3888, 5050, 5051, 7080, 7081, 7082, 9090, 9093}
 GOOD = {
     "admin_cidrs": '["203.0.113.0/24"]',
     "mesos_tarball_url": "https://artifacts.example/mesos-1.11.0.tar.gz",
@@ -85,6 +87,35 @@ def test_terraform_fmt_check() -> None:
     assert done.returncode == 0, f"not formatted: {done.stdout}"
 
 
+def test_terraform_test_passes(tmp_path: Path) -> None:
+    """terraform/tests/*.tftest.hcl with a mocked AWS provider: no credentials, nothing made.
+    The module is copied (its `../deploy` and `../scripts` linked) so that `init` leaves
+    nothing in the checkout."""
+    binary = terraform()
+    if not (PLUGIN_DIR / "registry.terraform.io" / "hashicorp" / "aws").is_dir():
+        pytest.skip(f"no local AWS provider mirror at {PLUGIN_DIR} (set TF_PLUGIN_DIR); "
+                    "terraform test needs the provider's schema even when mocked")  # fmt: skip
+    module = tmp_path / "terraform"
+    shutil.copytree(TF, module, ignore=shutil.ignore_patterns(".terraform*", "*.tfstate*"))
+    for name in ("deploy", "scripts"):
+        (tmp_path / name).symlink_to(REPO / name)
+    run = {"cwd": module, "capture_output": True, "text": True}
+    done = subprocess.run(
+        [binary, "init", "-input=false", "-no-color", f"-plugin-dir={PLUGIN_DIR}"],
+        **run, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = subprocess.run([binary, "test", "-no-color"], **run, timeout=900)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    # every run block ran and passed: none was skipped or dropped
+    runs = sum(
+        len(re.findall(r'^run "', path.read_text(), re.M))
+        for path in module.glob("tests/*.tftest.hcl")
+    )  # fmt: skip
+    assert runs >= 25
+    assert re.search(rf"^Success! {runs} passed, 0 failed\.$", done.stdout, re.M), done.stdout
+
+
 def test_checkov_finds_nothing_and_every_skip_is_justified() -> None:
     checkov = DEPLOY_BIN / "checkov"
     if not checkov.exists():
@@ -127,10 +158,15 @@ def _plan_variables(tmp_path: Path, **overrides: str) -> subprocess.CompletedPro
     ("variable", "value"),
     [
         ("admin_cidrs", '["0.0.0.0/0"]'),
-        ("admin_cidrs", '["10.0.0.0/8", "::/0"]'),
+        ("admin_cidrs", '["0.0.0.0/00"]'),
+        ("admin_cidrs", '["0.0.0.0/1", "128.0.0.0/1"]'),
+        ("admin_cidrs", '["10.0.0.0/16", "::/0"]'),
+        ("admin_cidrs", '["10.0.0.0/8"]'),
         ("admin_cidrs", "[]"),
         ("admin_cidrs", '["10.0.0.300/8"]'),
         ("tenant_cidrs", '["0.0.0.0/0"]'),
+        ("tenant_cidrs", '["0.0.0.0/01", "128.0.0.0/1"]'),
+        ("min_cidr_prefix", "4"),
         ("vpc_cidr", "10.42.0.0/28"),
         ("master_count", "2"),
         ("master_instance_type", "huge"),
@@ -165,93 +201,54 @@ def test_defaults_reproduce_paper_002s_six_agents() -> None:
     # two each of 4 CPU/14 GB, 8 CPU/8 GB, 6 CPU/11 GB
     assert found == [(2, 4, 14336), (2, 6, 11264), (2, 8, 8192)]
     assert "default" not in variables["admin_cidrs"]  # an operator must say who administers
-    for name in ("admin_cidrs", "tenant_cidrs", "vpc_cidr", "subnet_cidr", "master_count",
+    for name in ("admin_cidrs", "tenant_cidrs", "min_cidr_prefix", "vpc_cidr", "subnet_cidr",
+                 "master_count",
                  "master_instance_type", "broker_instance_type", "agent_types"):  # fmt: skip
         assert variables[name].get("validation"), f"{name} has no validation block"
 
 
-def test_no_admin_port_is_open_to_the_internet() -> None:
+def test_every_ingress_rule_is_in_the_two_resources_terraform_test_checks() -> None:
+    """terraform/tests/security_groups.tftest.hcl asserts what each role reaches through the
+    `member` and `network` rules; a rule anywhere else would escape it."""
     resources = everything("resource")
-    security = load("security.tf")
-    local = security["locals"][0]
-    admin = {p for v in local["admin_ports"].values() for p in range(v["from"], v["to"] + 1)}
-    assert admin >= ADMIN_PORTS
-    ingress = {k: v for k, v in resources.items() if k[0] == "aws_vpc_security_group_ingress_rule"}
-    assert ingress
-    for key, rule in ingress.items():
-        source = rule.get("cidr_ipv4") or rule.get("referenced_security_group_id")
-        assert source, key
-        assert "0.0.0.0/0" not in json.dumps(rule) and "::/0" not in json.dumps(rule), key
-        assert source.startswith(("${each.value", "${aws_security_group.cluster")), key
-        assert rule["security_group_id"] in (
-            "${aws_security_group.cluster.id}", "${aws_security_group.tenant_broker.id}",
-            "${aws_security_group.tenant_agent.id}",
-        ), key  # fmt: skip
-        assert rule.get("description"), key
-    assert "var.admin_cidrs" in ingress[("aws_vpc_security_group_ingress_rule", "admin")][
-        "for_each"]  # fmt: skip
-    # outside the validations that refuse it, 0.0.0.0/0 appears only as egress and as the
-    # route to the Internet gateway
+    ingress = {k for k in resources if k[0] == "aws_vpc_security_group_ingress_rule"}
+    assert ingress == {
+        ("aws_vpc_security_group_ingress_rule", "member"),
+        ("aws_vpc_security_group_ingress_rule", "network"),
+    }
+    assert not any(k[0] in ("aws_security_group_rule", "aws_vpc_security_group_egress_rule")
+                   and k[1] != "all" for k in resources)  # fmt: skip
+    groups = {k[1] for k in resources if k[0] == "aws_security_group"}
+    assert groups == {"master", "agent", "broker"}
+    # outside the validations, 0.0.0.0/0 appears only as egress and as the Internet route
     for path in set(TF.glob("*.tf")) - {TF / "variables.tf"}:
         for line_no, line in enumerate(path.read_text().splitlines(), 1):
             if "0.0.0.0/0" in line and not line.lstrip().startswith("#"):
                 assert "cidr_ipv4" in line or "cidr_block" in line, (path.name, line_no)
-    egress = resources[("aws_vpc_security_group_egress_rule", "all")]
-    assert egress["cidr_ipv4"] == "0.0.0.0/0"
-    assert not any(k[0] == "aws_security_group_rule" for k in resources)  # one rule style
+    assert resources[("aws_vpc_security_group_egress_rule", "all")]["cidr_ipv4"] == "0.0.0.0/0"
 
 
-def _rule_ports(rule: dict, local: dict) -> set[int]:
-    """The ports an ingress rule opens: literal from/to, or each entry of the locals map its
-    for_each iterates (`each.value.<key>.from` .. `.to`)."""
-    if isinstance(rule["from_port"], int):
-        return set(range(rule["from_port"], rule["to_port"] + 1))
-    maps = {name: v for name, v in local.items() if isinstance(v, dict)}
-    (name,) = {m for m in re.findall(r"local\.(\w+)", rule["for_each"]) if m in maps}
-    return {p for v in maps[name].values() for p in range(v["from"], v["to"] + 1)}
-
-
-def test_tenant_networks_reach_no_admin_port_but_the_broker_api() -> None:
-    """Only admin_cidrs and the cluster's own group may reach an admin port; tenant networks get
-    the tenant API (7080-7081, token required) on the broker host and Spark's ports on the
-    agents, and those Spark ranges leave out exactly the admin ports."""
-    resources = everything("resource")
+def test_spark_port_ranges_are_the_unprivileged_range_minus_every_control_port() -> None:
+    """The agents' Spark ranges (open between agents and to tenant networks), computed here from
+    the locals: every unprivileged port but the 11 a service of the module listens on."""
     local = load("security.tf")["locals"][0]
-    admin = {p for v in local["admin_ports"].values() for p in range(v["from"], v["to"] + 1)}
-    assert admin >= ADMIN_PORTS
-    tenant_reach: dict[str, set[int]] = {}
-    for (kind, name), rule in resources.items():
-        if kind != "aws_vpc_security_group_ingress_rule":
-            continue
-        ports = _rule_ports(rule, local)
-        if rule.get("referenced_security_group_id") == "${aws_security_group.cluster.id}":
-            continue  # cluster members
-        if "var.admin_cidrs" in rule["for_each"]:
-            assert "tenant" not in rule["for_each"], name
-            continue
-        assert "local.tenant_cidrs" in rule["for_each"], name  # the only other source
-        group = rule["security_group_id"]
-        tenant_reach.setdefault(group, set()).update(ports)
-    assert tenant_reach == {
-        "${aws_security_group.tenant_broker.id}": {7080, 7081},
-        "${aws_security_group.tenant_agent.id}": set(range(1024, 65536)) - admin,
-    }
-    # the tenant groups are on the hosts they are meant for, and nowhere else
-    groups = {
-        name: set(resources[("aws_instance", name)]["vpc_security_group_ids"])
-        for name in ("master", "agent", "broker")
-    }
-    cluster = "${aws_security_group.cluster.id}"
-    assert groups == {
-        "master": {cluster},
-        "agent": {cluster, "${aws_security_group.tenant_agent.id}"},
-        "broker": {cluster, "${aws_security_group.tenant_broker.id}"},
-    }
+    covered: list[int] = []
+    for spec in local["spark_ports"].values():
+        covered.extend(range(spec["from"], spec["to"] + 1))
+    assert len(covered) == len(set(covered))  # no overlap
+    assert set(covered) == set(range(1024, 65536)) - CONTROL_PORTS
+    admin = {
+        p for v in local["admin_ports"].values() for p in range(v["from"], v["to"] + 1)
+    }  # fmt: skip
+    assert admin == CONTROL_PORTS - {2888, 3888}  # ZooKeeper's peer ports: masters only
 
 
 def _render(template: str, **values: str) -> str:
-    """A cloud-init template with its ${...} filled in: the named values, else a placeholder."""
-    return re.sub(r"\$\{([^}]*)\}", lambda m: values.get(m.group(1), "placeholder"), template)
+    """A cloud-init template with its ${...} filled in (the named values, else a placeholder)
+    and its %{...} directive lines dropped, so a loop's body appears once. terraform test
+    renders them for real (terraform/tests/cloud_init.tftest.hcl)."""
+    lines = [line for line in template.splitlines(True) if not line.lstrip().startswith("%{")]
+    return re.sub(r"\$\{([^}]*)\}", lambda m: values.get(m.group(1), "placeholder"), "".join(lines))
 
 
 def test_the_broker_host_requires_a_token(tmp_path: Path) -> None:
@@ -261,7 +258,7 @@ def test_the_broker_host_requires_a_token(tmp_path: Path) -> None:
     text = _render(
         (TF / "templates" / "broker.yaml.tftpl").read_text(),
         scheduler="rpsdsf", broker_ip="10.42.1.20", zk_url="zk://10.42.1.10:2181/mesos",
-        role="spark",
+        role="spark", principal="fairbroker",
     )  # fmt: skip
     cloud = yaml.safe_load(text)
     (config_file,) = [
@@ -271,11 +268,14 @@ def test_the_broker_host_requires_a_token(tmp_path: Path) -> None:
     config, _ = load_serve_config({}, tmp_path / "fairbroker.yaml", {})
     assert config.host == "0.0.0.0" and config.token is None
     assert config.token_file == Path("/etc/fairbroker/token")
+    # the framework authenticates to the masters (terraform test checks the secret's value)
+    assert config.principal == "fairbroker"
+    assert config.secret_file == Path("/etc/fairbroker/mesos-secret")
     commands = [c if isinstance(c, str) else " ".join(c) for c in cloud["runcmd"]]
     made = next(i for i, c in enumerate(commands) if "> /etc/fairbroker/token" in c)
     assert "/dev/urandom" in commands[made] and "umask 077" in commands[made]
     assert "test -s /etc/fairbroker/token ||" in commands[made]  # a rerun keeps the token
-    assert commands.index("chmod 0640 /etc/fairbroker/token") > made
+    assert commands.index("chmod 0640 /etc/fairbroker/token /etc/fairbroker/mesos-secret") > made
     assert commands.index("systemctl enable --now fairbroker") > made
 
 
@@ -285,20 +285,51 @@ def test_instances_outputs_and_cloud_init() -> None:
         instance = resources[("aws_instance", name)]
         assert instance["metadata_options"][0]["http_tokens"] == "required", name
         assert instance["root_block_device"][0]["encrypted"] is True, name
-        assert f"templates/{name}.yaml.tftpl" in instance["user_data"], name
+        # gzipped: the broker's user data with the dashboard is above AWS's 16 KiB otherwise
+        assert instance["user_data_base64"].startswith(f"${{base64gzip(local.user_data_{name}")
+        assert f"templates/{name}.yaml.tftpl" in (TF / "userdata.tf").read_text(), name
     assert resources[("aws_instance", "master")]["count"] == "${var.master_count}"
     outputs = everything("output")
     assert {"mesos_master_url", "broker_api", "prometheus_url", "grafana_url"} <= set(outputs)
     assert "sparkbroker://" in outputs["broker_api"]["value"]
     agent = (TF / "templates" / "agent.yaml.tftpl").read_text()
     assert '--resources="${resources}"' in agent and '--attributes="${attributes}"' in agent
+    assert "--master=${master} " in agent  # no ZooKeeper for one master (userdata.tf)
     assert "openjdk-17" in agent and "/opt/spark" in agent and "python3" in agent
     broker = (TF / "templates" / "broker.yaml.tftpl").read_text()
     assert "${indent(6, systemd_unit)}" in broker and "systemctl enable --now fairbroker" in broker
     assert "UPDATE_QUOTA" in broker and "install_pymesos.py" in broker
-    instances = (TF / "instances.tf").read_text()
-    assert "deploy/systemd/fairbroker.service" in instances  # the same unit as deploy/
+    assert "--netrc-file /root/.mesos.netrc" in broker  # the operator API needs credentials
+    userdata = (TF / "userdata.tf").read_text()
+    assert "deploy/systemd/fairbroker.service" in userdata  # the same unit as deploy/
     for template in (TF / "templates").glob("*.tftpl"):
         assert "#!/bin/sh" in template.read_text() or template.read_text().startswith(
             "#cloud-config"
         ), template.name
+
+
+def test_the_masters_and_agents_authenticate_as_the_compose_cluster_does() -> None:
+    """The Mesos authentication flags of the cloud-init units are those of docker/compose.yaml,
+    which tests/test_deploy_docker.py runs on a real Mesos 1.11.0 master and agents."""
+    compose = yaml.safe_load((REPO / "docker" / "compose.yaml").read_text())
+
+    def flags(template: str, unit: str) -> set[str]:
+        text = (TF / "templates" / template).read_text()
+        start = text.index(f"path: /etc/systemd/system/{unit}")
+        line = next(x for x in text[start:].splitlines() if "ExecStart=" in x and "mesos-" in x)
+        return {f.split("=")[0] for f in re.findall(r"--(\w*auth\w*(?:=\w+)?)", line)}
+
+    def env(service: dict) -> set[str]:
+        return {
+            k.removeprefix("MESOS_").lower() for k, v in service["environment"].items()
+            if "AUTH" in k and v != "false"
+        }  # fmt: skip
+
+    master = compose["services"]["mesos-master"]
+    assert flags("master.yaml.tftpl", "mesos-master.service") == env(master) == {
+        "authenticate_agents", "authenticate_frameworks", "authenticate_http_frameworks",
+        "http_framework_authenticators", "authenticate_http_readonly",
+        "authenticate_http_readwrite",
+    }  # fmt: skip
+    agent_env = compose["x-agent-env"]
+    assert flags("agent.yaml.tftpl", "mesos-agent.service") == env({"environment": agent_env})

@@ -91,6 +91,29 @@ def test_role_weights_apply():
     assert held(e) == {"x": 6, "y": 3}
 
 
+def test_a_role_with_no_framework_left_is_forgotten_and_the_others_keep_their_weights():
+    """Roles a, b, c; b's only framework leaves: the snapshot holds a and c, each framework
+    still in its own role, and the split is the one a fresh engine with a and c gives."""
+    e = engine(role_weights={"c": 2.0})
+    e.add_agent("s", {"cpus": 9, "mem": 9})
+    for name, role in (("x", "a"), ("y", "b"), ("z", "c")):
+        e.register(name, {"cpus": 1, "mem": 1}, role=role, target=100)
+    e.unregister("y")
+    cluster = e.snapshot(0.0).cluster
+    assert cluster.role_names == ("a", "c")
+    slots = {name: n for n, name in enumerate(cluster.framework_names)}
+    assert cluster.role_names[cluster.role_of[slots["x"]]] == "a"
+    assert cluster.role_names[cluster.role_of[slots["z"]]] == "c"
+    e.allocate(0.0)
+    assert held(e) == {"x": 3, "z": 6}
+    e.register("w", {"cpus": 1, "mem": 1}, role="b", target=1)  # b comes back, last
+    assert e.snapshot(0.0).cluster.role_names == ("a", "c", "b")
+    e.unregister("x")
+    e.unregister("z")
+    e.unregister("w")
+    assert e.snapshot(0.0).cluster.role_names == ("*",)
+
+
 def test_oblivious_offers_whole_agent_and_refuse_filter():
     e = engine(mode="oblivious", refuse_seconds=5.0, seed=1)
     e.add_agent("s", {"cpus": 10, "mem": 10})

@@ -435,3 +435,41 @@ def test_a_master_failover_through_zookeeper_mid_job(tmp_path: Path) -> None:
                  "every Mesos task to reach a terminal state")  # fmt: skip
     left = processes_under(tmp_path)
     assert not left, f"processes outlived the test: {describe(left)}"
+
+
+def test_teardown_reports_success_only_when_the_master_shows_the_framework_gone(
+    tmp_path: Path, mesos: RealMesos
+) -> None:
+    """`fairbroker teardown` while the broker still runs subscribed as the framework: the
+    master may give the subscription back to the broker before the TEARDOWN lands. Whatever
+    the race gives, the command's answer must be the master's: exit 0 only with the
+    framework among the master's completed frameworks; otherwise an error and the id kept.
+    With the broker stopped, the teardown then succeeds and the id goes."""
+    import signal
+
+    state, ports = tmp_path / "state", {"http": free_port(), "grpc": free_port()}
+    serve = serve_cli(mesos.address, state, str(sleeping_spark(tmp_path)), ports,
+                      tmp_path / "serve.log")  # fmt: skip
+    id_file = [state / "mesos-framework-id"]
+    try:
+        wait_for(lambda: broker_health(ports["http"])[0] == 200, 60, "the broker to subscribe")
+        (framework_id,) = [f["id"] for f in mesos.frameworks()]
+        assert id_file[0].read_text().strip() == framework_id
+        done = run_fairbroker("teardown", "--yes", "--master", mesos.address,
+                              "--state-dir", str(state))  # fmt: skip
+        live = [f["id"] for f in mesos.frameworks()]
+        if done.returncode == 0:
+            assert framework_id not in live, done.stderr
+            assert not id_file[0].exists()
+        else:
+            assert "did not confirm the teardown" in done.stderr, done.stderr
+            assert framework_id in live and id_file[0].exists()
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        serve.wait(30)
+    if id_file[0].exists():  # the broker stopped (failover): now it goes
+        done = run_fairbroker("teardown", "--yes", "--master", mesos.address,
+                              "--state-dir", str(state))  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert framework_id not in [f["id"] for f in mesos.frameworks()]
+        assert not id_file[0].exists()

@@ -13,12 +13,12 @@ locale: what a JVM needs to start), so FAIRBROKER_TOKEN and the like stay with t
 from __future__ import annotations
 
 import re
-import shlex
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from allocator.backends.base import LaunchSpec
+from allocator.backends.jvm_options import JvmOptionRefused, OptionStringError, check_jvm_options
 from allocator.errors import FairbrokerError
 
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
@@ -43,20 +43,6 @@ NEVER_NAMES = BACKEND_NAMES | frozenset({
 })  # fmt: skip
 # The broker's own environment that a local executor inherits (nothing else does).
 INHERITED_NAMES = ("PATH", "JAVA_HOME", "LANG", "LC_ALL", "TZ", "HOME", "USER", "TMPDIR")
-# JVM options in SPARK_EXECUTOR_OPTS that start other programs, load code outside Spark's
-# class path (agents, hooks, option files, module paths and patches, a system class loader,
-# native library paths) or write files where the tenant says (error, heap-dump and log
-# files), refused wherever they appear.
-FORBIDDEN_JVM_OPTION = re.compile(
-    r"-(javaagent|agentlib|agentpath|Xbootclasspath|XX:(\+|-)?(OnError|OnOutOfMemoryError"
-    r"|Flags|VMOptionsFile|ErrorFile|HeapDumpPath|LogFile)|cp$|classpath$|-class-path|jar$"
-    r"|p$|-module-path|-upgrade-module-path|-patch-module"
-    r"|Djava\.system\.class\.loader|Djava\.library\.path|Dsun\.boot\.library\.path"
-    r"|Xloggc)|@",
-    re.IGNORECASE,
-)
-# -Xlog:WHAT[:OUTPUT[:...]]: only the console outputs (OUTPUT may be any file name)
-JVM_LOG_CONSOLE = ("", "stdout", "stderr")
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
 MAX_ENV_VALUE = 8192
 
@@ -103,9 +89,7 @@ def check_environment(environment: Mapping[str, str], policy: ExecutorEnvPolicy)
                 "an operator adds names with --executor-env)"
             )
         if len(value) > MAX_ENV_VALUE or "\0" in value:
-            raise EnvironmentRefused(
-                f"{where}: at most {MAX_ENV_VALUE} characters and no NUL byte"
-            )
+            raise EnvironmentRefused(f"{where}: at most {MAX_ENV_VALUE} characters and no NUL byte")
         if name == "PYSPARK_PYTHON" and value not in policy.pythons:
             raise EnvironmentRefused(
                 f"{where}: {value!r} is not an approved interpreter (the operator approves "
@@ -114,23 +98,10 @@ def check_environment(environment: Mapping[str, str], policy: ExecutorEnvPolicy)
         if name == "PYTHONHASHSEED" and not (value == "random" or value.isdigit()):
             raise EnvironmentRefused(f"{where}: a number or 'random', got {value!r}")
         if name == "SPARK_EXECUTOR_OPTS":
-            for option in _jvm_options(value, where):
-                if FORBIDDEN_JVM_OPTION.match(option) or _logs_to_a_file(option):
-                    raise EnvironmentRefused(f"{where}: JVM option {option!r} is not allowed")
-
-
-def _logs_to_a_file(option: str) -> bool:
-    if not option.lower().startswith("-xlog:"):
-        return False
-    parts = option[len("-Xlog:") :].split(":")
-    return len(parts) > 1 and parts[1].strip().lower() not in JVM_LOG_CONSOLE
-
-
-def _jvm_options(value: str, where: str) -> list[str]:
-    try:
-        return shlex.split(value)  # close to Spark's own quoting rules for these options
-    except ValueError as error:
-        raise EnvironmentRefused(f"{where}: {error}") from None
+            try:
+                check_jvm_options(value)
+            except (JvmOptionRefused, OptionStringError) as error:
+                raise EnvironmentRefused(f"{where}: {error}") from None
 
 
 @dataclass(frozen=True)

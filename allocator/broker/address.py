@@ -124,6 +124,11 @@ class HttpBrokerClient:
         )
         return self._call("Configure", json_format.MessageToDict(request), pb.BrokerInfo)
 
+    def explain(self, tenant_id: str) -> Any:
+        from allocator.broker.proto import pb
+
+        return self._call("Explain", {"tenantId": tenant_id}, pb.Explanation)
+
     def __enter__(self) -> HttpBrokerClient:
         return self
 

@@ -24,9 +24,8 @@ def _register(broker: Broker, request: pb.RegisterRequest) -> pb.RegisterReply:
     return broker.register(request)
 
 
-def _heartbeat(broker: Broker, request: pb.TenantRef) -> pb.Ack:
-    broker.heartbeat(request.tenant_id)
-    return pb.Ack(ok=True)
+def _heartbeat(broker: Broker, request: pb.TenantRef) -> pb.HeartbeatReply:
+    return pb.HeartbeatReply(ok=True, leaving=broker.heartbeat(request.tenant_id))
 
 
 def _set_target(broker: Broker, request: pb.SetTargetRequest) -> pb.Ack:
@@ -52,6 +51,10 @@ def _configure(broker: Broker, request: pb.ConfigureRequest) -> pb.BrokerInfo:
     return broker.info()
 
 
+def _explain(broker: Broker, request: pb.TenantRef) -> pb.Explanation:
+    return broker.explain(request.tenant_id)
+
+
 CALLS: dict[str, Call] = {
     "Register": Call(pb.RegisterRequest, _register),
     "Heartbeat": Call(pb.TenantRef, _heartbeat),
@@ -60,6 +63,7 @@ CALLS: dict[str, Call] = {
     "Unregister": Call(pb.TenantRef, _unregister),
     "GetAllocation": Call(pb.AllocationRequest, _allocation),
     "Configure": Call(pb.ConfigureRequest, _configure),
+    "Explain": Call(pb.TenantRef, _explain),
 }
 
 HTTP_STATUS = {

@@ -3,7 +3,9 @@
 A broker stops with failover by default, so its framework and tasks outlive it. This
 subscribes as that framework (its id from the state directory), which makes the master fail
 the framework over to this connection, and sends TEARDOWN: the master kills every task and
-forgets the framework; the saved id is removed so the next `serve` registers anew.
+forgets the framework; once the master shows it gone, the saved id is removed so the next
+`serve` registers anew. A teardown the master does not confirm (another scheduler holds the
+subscription, the master is unreachable) fails with the id kept.
 """
 
 from __future__ import annotations
@@ -51,7 +53,13 @@ def teardown_framework(config: Any, timeout: float = SUBSCRIBE_TIMEOUT_S) -> str
             f"master: could not subscribe to {config.master} as framework {framework_id} "
             f"within {timeout:.0f} s"
         )
-    backend.stop(kill_executors=True)  # TEARDOWN, and the saved id is removed
+    backend.stop(kill_executors=True)  # TEARDOWN; the saved id goes once the master confirms
+    if not backend.torn_down:
+        raise FairbrokerError(
+            f"master: {config.master} did not confirm the teardown of framework "
+            f"{framework_id} (is a broker still subscribed as it? stop it first); its tasks "
+            f"may still run, and the id is kept in {config.state_dir} to retry"
+        )
     return framework_id
 
 

@@ -63,6 +63,7 @@ class MesosBackend:
                                 self._lock)  # fmt: skip
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
+        self.torn_down = False  # set by stop(kill_executors=True) once the master confirms
 
     @property
     def framework_id(self) -> str | None:
@@ -154,7 +155,7 @@ class MesosBackend:
             with self._lock:
                 for task_id in list(self.tasks.tasks):
                     driver.killTask({"value": task_id})
-        self.subscription.stop(kill_executors)
+        self.torn_down = self.subscription.stop(kill_executors)
 
     def health(self) -> dict[str, object]:
         with self._lock:

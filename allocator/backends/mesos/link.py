@@ -23,6 +23,7 @@ from allocator.errors import FairbrokerError
 
 log = logging.getLogger(__package__)
 DRIVER_STOP_S = 10.0  # at most this long for pymesos's I/O thread to finish (and TEARDOWN)
+TEARDOWN_CONFIRM_S = 15.0  # at most this long for the master to show the framework gone
 FRAMEWORK_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
@@ -263,7 +264,12 @@ class Subscription:
         report["unreconciled_tasks"] = unconfirmed
         return report
 
-    def stop(self, kill_executors: bool) -> None:
+    def stop(self, kill_executors: bool) -> bool:
+        """Stop the driver; `kill_executors`: TEARDOWN. Returns whether the framework is
+        known to be gone: a failover never is, a TEARDOWN only once the master shows it (a
+        master may refuse it, e.g. when another scheduler holds the subscription): only then
+        is the saved id forgotten, so an unconfirmed teardown can be retried."""
+        master = getattr(self.driver, "master", None)  # the leader, before the driver forgets
         # failover=True keeps the framework (and its tasks) for a restarted broker; a torn
         # down framework's id cannot subscribe again, so it is forgotten
         self.driver.stop(failover=not kill_executors)
@@ -273,5 +279,34 @@ class Subscription:
         wait = getattr(self.driver, "wait_stopped", None)
         if wait is not None and not wait(DRIVER_STOP_S):
             log.warning("the Mesos driver did not stop within %.0f s", DRIVER_STOP_S)
-        if kill_executors:
+        if not kill_executors:
+            return False
+        if self.framework_id is None or self._gone_from(master, self.framework_id):
             self.id_file.forget()
+            return True
+        log.error(
+            "the Mesos master at %s still has framework %s after TEARDOWN: its id is kept in %s",
+            master, self.framework_id, self.id_file.path,
+        )  # fmt: skip
+        return False
+
+    def _gone_from(self, master: str | None, framework_id: str) -> bool:
+        """The master's /master/state lists the framework as completed, or not at all."""
+        if not master:
+            return False
+        auth = (
+            (self.options.principal, self.options.secret or "") if self.options.principal else None
+        )
+        deadline = time.monotonic() + TEARDOWN_CONFIRM_S
+        while True:
+            try:
+                answer = requests.get(f"http://{master}/master/state", timeout=5, auth=auth)
+                answer.raise_for_status()
+                live = {f.get("id") for f in answer.json().get("frameworks", [])}
+                if framework_id not in live:
+                    return True
+            except (requests.RequestException, ValueError) as error:
+                log.warning("cannot confirm the teardown with the Mesos master: %s", error)
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.5)

@@ -1,0 +1,305 @@
+"""Why a framework waits (issue 26): derived on request from the engine's state, never logged
+per grant, so it costs nothing while nobody asks.
+
+For one framework at `now`: its demand, target, running tasks and fair share; the criterion
+value that orders it and its rank among the frameworks that want more (at role level its
+role's rank first); and for every agent the first reason, in this order, why it gets no task
+there:
+
+- `constraint`: a placement constraint the agent does not meet (which attribute);
+- `resting`: the caller's rest on that agent after failures (the broker's), until when;
+- `limit`: the framework holds its target;
+- `refused`: a refuse filter (a Mesos filter or a decline), until when;
+- `full`: one more task does not fit in what is free (what is missing);
+- `waiting_turn`: it fits, but another framework is poorer and is served first.
+
+An agent where the framework would be served next has no reason and is not listed. The
+broker adds the events (grants, reclaims) from its own records.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from allocator.policy import scheduler
+from allocator.policy.levels import Level, RoleHoldings
+
+if TYPE_CHECKING:
+    from allocator.engine import Engine
+    from allocator.state import AllocationState
+
+#: The reasons, in the order they are checked (docs/architecture.md says where each is from).
+REASONS = ("constraint", "resting", "limit", "refused", "full", "waiting_turn")
+
+
+@dataclass(frozen=True)
+class AgentReason:
+    agent: str
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class CriterionRank:
+    name: str
+    value: float
+    detail: str
+    rank: int  # 1 = served first; 0: not wanting more
+    of: int  # frameworks (or roles) wanting more
+    ahead: str | None  # who is served before it, and why
+
+
+@dataclass(frozen=True)
+class Explanation:
+    tenant: str
+    held: int
+    wants: int
+    fair_share: int | None
+    demand: dict[str, float]
+    criterion: CriterionRank
+    waiting: list[AgentReason]
+    role: CriterionRank | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def text(self) -> str:
+        return render(self.as_dict())
+
+
+def render(data: Mapping[str, Any]) -> str:
+    """An explanation as text, from its dict form (`Explanation.as_dict()`, or the broker's
+    `Explanation` message as a dict with its field names)."""
+    share = data.get("fair_share")
+    share_text = "not computed (reclaim off)" if share is None or share < 0 else str(share)
+    demand = ", ".join(f"{r} {_amount(v)}" for r, v in data.get("demand", {}).items() if v)
+    lines = [
+        f"tenant {data['tenant']}: holds {data.get('held', 0)}, wants {data.get('wants', 0)}, "
+        f"fair share {share_text} (executor: {demand})"
+    ]
+    for level in ("role", "criterion"):
+        rank = data.get(level)
+        if not rank:
+            continue
+        place = (
+            f"rank {rank['rank']} of {rank.get('of', 0)}" if rank.get("rank") else "wants no more"
+        )
+        lines.append(
+            f"  {'group' if level == 'role' else 'tenant'}: {rank.get('name', '')} "
+            f"{rank.get('value', 0.0):.4g} ({rank.get('detail', '')}); {place}"
+        )
+        if rank.get("ahead"):
+            lines.append(f"    served before it: {rank['ahead']}")
+    waiting = data.get("waiting", [])
+    if waiting:
+        lines.append("  agents where it gets nothing:")
+        width = max(len(item["agent"]) for item in waiting)
+        for item in waiting:
+            lines.append(f"    {item['agent']:<{width}}  {item['reason']:<12}  {item['detail']}")
+    else:
+        lines.append("  no agent holds it back")
+    events = data.get("events", [])
+    if events:
+        lines.append("  recent events (newest first):")
+    for event in events:
+        when = time.strftime("%H:%M:%S", time.localtime(event.get("time", 0.0)))
+        lines.append(
+            f"    {when} {event.get('kind', '')} executor {event.get('executor_id', '')} on "
+            f"{event.get('agent', '')}: {event.get('rule', '')}"
+        )
+    return "\n".join(lines)
+
+
+def explain(
+    engine: Engine,
+    framework: str,
+    now: float,
+    fair_share: Mapping[str, int] | None = None,
+    rests: Mapping[str, float] | None = None,
+) -> Explanation:
+    """Why `framework` gets no task on each agent at `now` (see the module's docstring).
+    `fair_share`: framework -> executors (`allocator.fair_share`); `rests`: agent -> until
+    when the broker rests this framework there after failures (same clock as `now`)."""
+    record = engine.frameworks[framework]
+    state = engine.snapshot(now)
+    cluster = state.cluster
+    n = cluster.framework_names.index(framework)
+    criterion = scheduler(engine.config.scheduler).criterion(engine.policy_params)
+    values = _values(criterion, state)
+    wanting = state.wanting()
+    role_level = Level(engine.level) is Level.ROLE and len(cluster.role_names) > 1
+    servable = state.fits_all().any(axis=1)  # frameworks that could be served now
+    role_rank = _role_rank(criterion, state, n, servable) if role_level else None
+    within = wanting & (cluster.role_of == cluster.role_of[n]) if role_level else wanting
+    rank = _rank(
+        criterion.name, values, within, servable, n, cluster.framework_names, _why(state, n)
+    )
+    role_values = _values(criterion, RoleHoldings.of(state)) if role_level else None
+    waiting = _agent_reasons(engine, state, n, now, rests or {}, criterion, role_values)
+    share = None if fair_share is None else fair_share.get(framework)
+    return Explanation(
+        tenant=framework,
+        held=int(state.count[n]),
+        wants=int(record.target),
+        fair_share=None if share is None else int(share),
+        demand={r: float(v) for r, v in zip(cluster.resources, record.demand, strict=True)},
+        criterion=rank,
+        waiting=waiting,
+        role=role_rank,
+    )
+
+
+def _values(criterion: Any, holdings: Any) -> np.ndarray:
+    """(H,) each holder's criterion; a per-agent criterion at its best (lowest) agent."""
+    if criterion.per_agent:
+        return np.asarray(criterion.matrix(holdings), dtype=float).min(axis=1, initial=np.inf)
+    return np.asarray(criterion.values(holdings), dtype=float)
+
+
+def _rank(
+    name: str,
+    values: np.ndarray,
+    wanting: np.ndarray,
+    servable: np.ndarray,
+    n: int,
+    names: tuple[str, ...],
+    detail: str,
+) -> CriterionRank:
+    """Rank of holder n among the wanting holders (lowest value first; ties: the lower slot,
+    i.e. registered first) and the first of those that can be served now (fits somewhere)."""
+    candidates = np.flatnonzero(wanting)
+    order = candidates[np.lexsort((candidates, values[candidates]))]
+    rank = int(np.flatnonzero(order == n)[0]) + 1 if wanting[n] else 0
+    ahead = None
+    served = [int(h) for h in order if servable[h]]
+    if served and served[0] != n and (not wanting[n] or rank - 1 > order.tolist().index(served[0])):
+        first = served[0]
+        why = (
+            f"{values[first]:.4g} < {values[n]:.4g}"
+            if values[first] < values[n]
+            else f"a tie at {values[n]:.4g}, registered earlier"
+        )
+        ahead = f"{names[first]} ({name} {why})"
+    return CriterionRank(name, float(values[n]), detail, rank, int(order.size), ahead)
+
+
+def _role_rank(
+    criterion: Any, state: AllocationState, n: int, servable: np.ndarray
+) -> CriterionRank:
+    cluster = state.cluster
+    roles = RoleHoldings.of(state)
+    values = _values(criterion, roles)
+    wanting = np.zeros(len(cluster.role_names), dtype=bool)
+    wanting[cluster.role_of[state.wanting()]] = True
+    servable_roles = np.zeros_like(wanting)
+    servable_roles[cluster.role_of[servable]] = True
+    g = int(cluster.role_of[n])
+    detail = f"group {cluster.role_names[g]}, weight {cluster.role_weight[g]:g}"
+    return _rank(criterion.name, values, wanting, servable_roles, g, cluster.role_names, detail)
+
+
+def _why(state: AllocationState, n: int) -> str:
+    """The dominant share behind the value: e.g. "cpus 12/28.6, weight 1"."""
+    total = state.cluster.total
+    shares = np.divide(state.alloc[n], total, out=np.zeros_like(total), where=total > 0)
+    r = int(np.argmax(shares))
+    resource = state.cluster.resources[r]
+    return (
+        f"dominant {resource} {_amount(state.alloc[n, r])}/{_amount(total[r])}, "
+        f"weight {state.cluster.weight[n]:g}"
+    )
+
+
+def _agent_reasons(
+    engine: Engine,
+    state: AllocationState,
+    n: int,
+    now: float,
+    rests: Mapping[str, float],
+    criterion: Any,
+    role_values: np.ndarray | None,
+) -> list[AgentReason]:
+    cluster = state.cluster
+    name = cluster.framework_names[n]
+    record = engine.frameworks[name]
+    demand = np.nan_to_num(cluster.demand[n], nan=0.0)
+    fits = (demand[None, :] <= state.residual + state.tol).all(axis=1)
+    held = int(state.count[n])
+    out: list[AgentReason] = []
+    for i, agent in enumerate(cluster.agent_names):
+        if agent not in engine.agents:
+            continue  # a free slot
+        mismatch = _constraint_mismatch(record.constraints, engine.agents[agent].attributes)
+        if mismatch is not None:
+            out.append(AgentReason(agent, "constraint", mismatch))
+        elif rests.get(agent, now) > now:
+            out.append(AgentReason(agent, "resting", _until("after failures", rests[agent], now)))
+        elif held >= record.target:
+            out.append(AgentReason(agent, "limit", f"target {int(record.target)} reached"))
+        elif not cluster.eligible[n, i]:  # the snapshot applied a refuse filter that holds
+            until = engine.filters.get((name, agent), now)
+            out.append(AgentReason(agent, "refused", _until("refuse filter", until, now)))
+        elif not fits[i]:
+            out.append(AgentReason(agent, "full", _missing(cluster.resources, demand, state, i)))
+        else:
+            poorer = _poorer_here(criterion, state, role_values, n, i)
+            if poorer is not None:
+                out.append(AgentReason(agent, "waiting_turn", poorer))
+    return out
+
+
+def _constraint_mismatch(constraints: Mapping[str, object], attributes: Mapping) -> str | None:
+    """The first constrained attribute the agent lacks or has another value of (as
+    `allocator.model.matches_constraints` decides), described; None when it matches."""
+    for key, wanted in sorted(constraints.items()):
+        options = [str(o) for o in (wanted if isinstance(wanted, list) else [wanted])]
+        has = attributes.get(key)
+        if has is None or str(has) not in options:
+            shown = "no such attribute" if has is None else f"{key}={has}"
+            return f"needs {key}={'|'.join(options)}, agent has {shown}"
+    return None
+
+
+def _missing(resources: tuple[str, ...], demand: np.ndarray, state: AllocationState, i: int) -> str:
+    free = state.residual[i]
+    short = [r for r in range(len(resources)) if demand[r] > free[r] + state.tol[r]]
+    needs = ", ".join(f"{resources[r]} {_amount(demand[r])}" for r in short)
+    has = ", ".join(f"{resources[r]} {_amount(max(free[r], 0.0))}" for r in short)
+    return f"needs {needs}; free {has}"
+
+
+def _poorer_here(
+    criterion: Any, state: AllocationState, role_values: np.ndarray | None, n: int, i: int
+) -> str | None:
+    """The framework served before n on agent i: one that wants more and fits there and
+    comes first by (its role's value at role level,) its criterion value at this agent, then
+    the lower slot. None when n would be served first here."""
+    values = np.asarray(criterion.column(state, i), dtype=float)
+    rivals = np.flatnonzero(state.fits_agent(i))
+    if n not in rivals:
+        return None
+    groups = np.zeros(len(values)) if role_values is None else role_values[state.cluster.role_of]
+    order = rivals[np.lexsort((rivals, values[rivals], groups[rivals]))]
+    first = int(order[0])
+    if first == n:
+        return None
+    names = state.cluster.framework_names
+    if groups[first] < groups[n]:
+        role = state.cluster.role_names[state.cluster.role_of[first]]
+        poorer = f"group {role} is poorer ({groups[first]:.4g} < {groups[n]:.4g})"
+        return f"{poorer}; {names[first]} fits here"
+    return f"{names[first]} is poorer ({values[first]:.4g} < {values[n]:.4g}) and fits here"
+
+
+def _until(what: str, until: float, now: float) -> str:
+    return f"{what}, {until - now:.1f} s left"
+
+
+def _amount(value: float) -> str:
+    return f"{value:.6g}"
