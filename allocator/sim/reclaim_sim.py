@@ -22,7 +22,7 @@ import numpy as np
 from allocator.engine import Engine
 from allocator.engine_config import EngineConfig
 from allocator.fair_share import FairShareCache
-from allocator.reclaim import Reclaim, RunningExecutor, select_reclaims
+from allocator.reclaim import Reclaim, RunningExecutor, hold_room, select_reclaims
 
 #: The window of `reclaim_per_minute`.
 MINUTE = 60.0
@@ -35,6 +35,7 @@ class SimReclaim:
         self.engine = engine
         self.limits = config.reclaim_limits()
         self.grace = config.reclaim_grace
+        self.interval = config.interval
         self.protected = config.protected_groups
         self.fair = FairShareCache()
         self.executors: dict[str, RunningExecutor] = {}
@@ -77,6 +78,7 @@ class SimReclaim:
             protected_groups=self.protected,
         )
         for decision in decisions:
+            hold_room(self.engine, decision, now, self.grace, self.interval)
             self.leaving[decision.executor] = decision
             self.recent.append(now)
             self.decisions.append((now, decision))
