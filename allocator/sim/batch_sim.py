@@ -21,7 +21,9 @@ import numpy as np
 from allocator.admission import AdmissionConfig, Pool, job_slot
 from allocator.engine import Engine
 from allocator.engine_config import EngineConfig
-from allocator.fair_share import FairShareCache
+from allocator.errors import FairbrokerError
+from allocator.explain import Explanation, explain
+from allocator.fair_share import FairShareCache, fair_shares
 from allocator.scenarios.batch import BatchSpec, JobEntry, JobModel, build_pools
 from allocator.sim.jobs import JobProgress
 from allocator.sim.reclaim_sim import FairShareWatch, SimReclaim
@@ -346,11 +348,25 @@ class BatchSimulator:
     def _all_done(self) -> bool:
         return self._finished == self._total and not self.engine.running
 
-    def run(
-        self,
-        progress: Callable[[float, int], None] | None = None,
-        max_time: float = 30 * 24 * 3600.0,
-    ) -> SimResult:
+    def explain_at(self, framework: str, time: float) -> Explanation:
+        """Why `framework` waits at simulated `time`: the engine's state once every event up to
+        `time` is handled (`fairbroker sim --explain TENANT@TIME`, allocator/explain.py)."""
+        self._prepare()
+        while self._events and self._events[0][0] <= time:
+            if self._step():
+                break
+        self.now = max(self.now, time)
+        if framework not in self.engine.frameworks:
+            running = sorted(self.engine.frameworks)
+            shown = ", ".join(running[:10]) + (" ..." if len(running) > 10 else "")
+            raise FairbrokerError(
+                f"--explain: {framework!r} is not running at {time:g} s "
+                f"(running then: {shown or 'none'})"
+            )
+        share = fair_shares(self.engine).as_dict()
+        return explain(self.engine, framework, self.now, share)
+
+    def _prepare(self) -> None:
         for agent in self.batch.agents:
             self._at(agent.register_at, "agent", agent)
         for g, group in enumerate(self.batch.groups):
@@ -360,7 +376,7 @@ class BatchSimulator:
         for pool in self.pools:
             self._at(0.0, "admit", pool)
         self._at(0.0, "tick")
-        handlers: dict[str, Callable[..., None]] = {
+        self._handlers: dict[str, Callable[..., None]] = {
             "submit": lambda p: self._submit(*p),
             "admit": self._admit,
             "register": lambda p: self._register(*p),
@@ -372,26 +388,40 @@ class BatchSimulator:
             "kill": lambda p: self._kill(*p),
             "agent": lambda a: self.engine.add_agent(a.name, a.resources, a.attributes),
         }
+
+    def _step(self) -> bool:
+        """Handle every event of the next instant and run the allocator if due; True when
+        the batch is done."""
+        time = self._events[0][0]
+        self.series.advance(time)
+        self.now = time
+        ticked = False
+        while self._events and self._events[0][0] == time:
+            _, _, kind, payload = heapq.heappop(self._events)
+            if kind == "tick":
+                ticked = True
+            else:
+                self._handlers[kind](payload)
+        if ticked or self.engine.run_now:
+            self._allocate()
+        self.series.record(self.now, self._waiting_groups())
+        if self._all_done():
+            return True
+        if ticked:
+            self._at(time + self.interval, "tick")
+        return False
+
+    def run(
+        self,
+        progress: Callable[[float, int], None] | None = None,
+        max_time: float = 30 * 24 * 3600.0,
+    ) -> SimResult:
+        self._prepare()
         while self._events:
-            time = self._events[0][0]
-            if time > max_time:
+            if self._events[0][0] > max_time:
                 raise RuntimeError(f"simulation passed {max_time} s without finishing")
-            self.series.advance(time)
-            self.now = time
-            ticked = False
-            while self._events and self._events[0][0] == time:
-                _, _, kind, payload = heapq.heappop(self._events)
-                if kind == "tick":
-                    ticked = True
-                else:
-                    handlers[kind](payload)
-            if ticked or self.engine.run_now:
-                self._allocate()
-            self.series.record(self.now, self._waiting_groups())
-            if self._all_done():
+            if self._step():
                 break
-            if ticked:
-                self._at(time + self.interval, "tick")
             if progress is not None:
                 progress(self.now, self._finished)
         makespan = max(j.finished for j in self.jobs)
