@@ -61,8 +61,9 @@ def test_offers_become_capacity_and_launches_carry_the_demand_exactly(setup) -> 
         wc = task["task_id"]["value"].startswith("wc.")
         assert resources == ({"cpus": 1, "mem": 1792} if wc else {"cpus": 2, "mem": 1024})
         command = shlex.split(task["command"]["value"])
-        assert command[:2] == [
-            "/opt/spark/bin/spark-class", "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+        assert command[:3] == [
+            "exec", "/opt/spark/bin/spark-class",
+            "org.apache.spark.executor.CoarseGrainedExecutorBackend",
         ]  # fmt: skip
         host = command[command.index("--hostname") + 1]
         assert host == {"mem-rich": "10.0.0.1", "cpu-rich": "10.0.0.2"}[task["agent_id"]["value"]]
@@ -222,7 +223,7 @@ def test_a_spark_uri_is_fetched_into_the_sandbox(tmp_path: Path) -> None:
     broker.allocate_once()
     (task,) = launched(driver)
     assert task["command"]["uris"] == [{"value": uri, "extract": True}]
-    assert task["command"]["value"].startswith("cd spark-4*; ./bin/spark-class ")
+    assert task["command"]["value"].startswith("cd spark-4*; exec ./bin/spark-class ")
     broker.stop(kill_executors=False)
 
 

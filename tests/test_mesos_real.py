@@ -4,6 +4,7 @@ the faults a real master produces. Skipped when the machine has no Mesos build."
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -93,7 +94,7 @@ def broker_on(tmp_path: Path, mesos: RealMesos, **options):
     from allocator.backends.mesos import MesosBackend, MesosOptions
     from allocator.broker.server import BrokerOptions, BrokerService
 
-    mesos_keys = {"roles", "spark_home", "agents_look_seconds"}
+    mesos_keys = {"roles", "spark_home", "agents_look_seconds", "kill_grace"}
     backend = MesosBackend(MesosOptions(
         master=mesos.address, state_dir=tmp_path / "broker",
         **{k: v for k, v in options.items() if k in mesos_keys},
@@ -219,6 +220,45 @@ def test_an_agent_killed_under_an_executor(tmp_path: Path, mesos: RealMesos) -> 
     # when the agent returned; the broker's KILL ended it, long before the job did
     states = next(t.states for t in mesos.tasks() if t.task_id == victim.task_id)
     assert states[-1] == "TASK_KILLED", states
+
+
+def test_a_kill_gives_the_executor_sigterm_and_the_grace_before_sigkill(
+    tmp_path: Path, mesos: RealMesos
+) -> None:
+    """The KILL's kill_policy on the real master: an executor that ignores SIGTERM gets it at
+    once and SIGKILL only after MesosOptions.kill_grace (6 s here; Mesos's own default is
+    3 s); it ends TASK_KILLED, and the broker records no failure (no rest)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    home = tmp_path / "stubborn-spark"
+    (home / "bin").mkdir(parents=True)
+    script = home / "bin" / "spark-class"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"trap 'date +%s.%N > {marks}/term-$$' TERM\n"
+        f"touch {marks}/started-$$\n"
+        "while :; do sleep 0.1; done\n"
+    )
+    script.chmod(0o755)
+    grace = 6.0
+    with broker_on(tmp_path, mesos, spark_home=str(home), kill_grace=grace,
+                   scheduler="drf") as service:  # fmt: skip
+        register(service, "t", 1, 512, target=1)
+        wait_for(lambda: mesos.tasks("TASK_RUNNING") and list(marks.glob("started-*")), 60,
+                 "the executor to run")  # fmt: skip
+        asked = time.time()
+        assert service.broker.kill("t", ["1"]) == ["1"]
+        state = lambda: next(t.state for t in mesos.tasks() if t.task_id == "t.1")  # noqa: E731
+        wait_for(lambda: state() == "TASK_KILLED", 30, "the task to be killed", every=0.1)
+        killed = time.time()
+        (term,) = marks.glob("term-*")
+        sigterm_at = float(term.read_text())
+        assert sigterm_at - asked < 2.0  # SIGTERM at once
+        assert grace - 0.5 <= killed - asked <= grace + 5.0  # SIGKILL only after the grace
+        standing = service.broker.tenants["t"].standing
+        assert not standing.rests and not any(standing.failures.values())
+    wait_for(lambda: all(t.state in TERMINAL for t in mesos.tasks()), 30,
+             "every Mesos task to reach a terminal state")  # fmt: skip
 
 
 def test_status_shows_the_real_masters_view(tmp_path: Path, mesos: RealMesos) -> None:

@@ -87,6 +87,7 @@ TYPES: dict[tuple[str, str], tuple[str, bool]] = {
     ("TaskInfo", "agent_id"): ("AgentID", False),
     ("TaskInfo", "resources"): ("Resource", True),
     ("TaskInfo", "command"): ("CommandInfo", False),
+    ("TaskInfo", "kill_policy"): ("KillPolicy", False),
     ("CommandInfo", "uris"): ("CommandInfo.URI", True),
     ("CommandInfo", "environment"): ("Environment", False),
     ("CommandInfo", "arguments"): (STRING, True),
