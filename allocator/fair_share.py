@@ -163,9 +163,16 @@ class FairShareCache:
         self._share: FairShare | None = None
         self.computed = 0  # fills run so far (the others were answered from the cache)
 
-    def get(self, source: Engine | Cluster, config: EngineConfig | None = None) -> FairShare:
+    def get(
+        self,
+        source: Engine | Cluster,
+        config: EngineConfig | None = None,
+        known_demand: np.ndarray | None = None,
+    ) -> FairShare:
+        """`known_demand` with a Cluster: the engine's (`Engine.known_demand()`), for a
+        cluster taken from an engine elsewhere (the broker's worker thread)."""
         if isinstance(source, Cluster):
-            cluster, known = source, None
+            cluster, known = source, known_demand
         else:
             cluster, known = source.cluster(), source.known_demand()
             config = config or source.config

@@ -33,12 +33,29 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import Protocol
 
 import numpy as np
 
-from allocator.fair_share import FairShare
+from allocator.model import Cluster
 
-#: Proposed defaults for the knobs (the serve flags are not wired yet, see docs/reclaim.md).
+
+class FairShare(Protocol):
+    """What the choice reads of a fair share (`allocator.fair_share.FairShare`). A protocol:
+    `EngineConfig.reclaim_limits` imports this module, and the fair share imports the
+    configuration, so importing it here would close an import cycle."""
+
+    @property
+    def cluster(self) -> Cluster: ...
+
+    @property
+    def executors(self) -> np.ndarray: ...
+
+    @property
+    def unit(self) -> np.ndarray: ...
+
+
+#: The knobs' defaults as `ReclaimLimits` takes them (serve's are EngineConfig's, docs/reclaim.md).
 DEFAULT_RECLAIM_AFTER = 30.0
 DEFAULT_MIN_RUNTIME = 5.0
 DEFAULT_PER_RUN = 10

@@ -386,7 +386,8 @@ def test_configure_switches_a_running_broker_to_fuga_and_it_allocates(service) -
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == (
-        "scheduler fuga, characterized mode, fuga selection, role level, tick trigger, ties random"
+        "scheduler fuga, characterized mode, fuga selection, role level, tick trigger, "
+        "ties random; reclaim off"
     )
     # Three executors each: 3 x (1 cpu, 1792 MiB) and 3 x (2 cpus, 1024 MiB) fit together on
     # t1-t3 whichever tenant the broker serves first (checked by hand over the placements).

@@ -28,13 +28,18 @@ Event = Callable[[Standing], tuple[Standing, Refusals]]
 
 
 def exited(
-    registered: bool = False, ran: float = 1.0, *, killing: bool = False, others: int = 0
+    registered: bool = False,
+    ran: float = 1.0,
+    *,
+    killing: bool = False,
+    others: int = 0,
+    reclaimed: bool = False,
 ) -> Event:
     """An executor on a1 ended (its exit code or signal is not an input: any counts alike),
     `ran` seconds after its launch, with `others` of the tenant's executors still live."""
     return lambda s: tenants.executor_exited(
         s, "a1", killing=killing, others=others, registered=registered,
-        seconds_since_launch=ran, now=NOW,
+        seconds_since_launch=ran, now=NOW, reclaimed=reclaimed,
     )  # fmt: skip
 
 
@@ -88,6 +93,11 @@ TABLE = [
     ("quick, target 0 (a stopping driver)", Standing(failures={"a1": 1}), exited(),
      Standing(failures={"a1": 1}), {}),
     ("exit of a stopping tenant", STOPPING, exited(), STOPPING, {}),
+    # a reclaimed executor's exit (asked to leave for another tenant's fair share) is never a
+    # failure, however quick and unregistered; it clears nothing either
+    ("reclaimed, quick, unregistered", ONE_FAILURE, exited(reclaimed=True), ONE_FAILURE, {}),
+    ("reclaimed, ran", ONE_FAILURE, exited(True, 61.0, reclaimed=True), ONE_FAILURE, {}),
+    ("reclaimed, while resting", CRASH_REST, exited(reclaimed=True), CRASH_REST, {}),
     # a launch the backend refused: 60 s at once, a longer rest is kept, nothing counted
     ("launch failed", FRESH, launch_failed, Standing(
         target=2, rests={"a1": NOW + 60}), {"a1": NOW + 60}),

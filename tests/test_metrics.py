@@ -377,10 +377,12 @@ def metric_names(expr: str) -> set[str]:
 
 
 def exported_names(tmp_path: Path) -> set[str]:
-    """Sample names a live broker with tenants and one allocation run serves."""
+    """Sample names a live broker with tenants and one allocation run serves (with reclaim
+    on, as `serve` runs by default)."""
     options = BrokerOptions(
-        http_port=0, grpc_port=0, metrics_port=0, state_dir=tmp_path, persist=False
-    )
+        http_port=0, grpc_port=0, metrics_port=0, state_dir=tmp_path, persist=False,
+        engine=EngineConfig.mesos(reclaim_after=30),
+    )  # fmt: skip
     with BrokerService(options, backend=RecordingBackend(AGENTS)) as service:
         broker = service.broker
         broker.register(request("wc", WC, target=2, group="etl"))

@@ -10,6 +10,7 @@ from typing import Protocol
 class ExecutorState(StrEnum):
     LAUNCHING = "LAUNCHING"  # granted and started, not yet registered with its driver
     RUNNING = "RUNNING"  # registered with its driver
+    LEAVING = "LEAVING"  # reclaimed: asked to leave, killed after the reclaim grace
     KILLING = "KILLING"
     FINISHED = "FINISHED"  # exited 0
     FAILED = "FAILED"  # exited non-zero, or lost

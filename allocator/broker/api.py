@@ -24,9 +24,8 @@ def _register(broker: Broker, request: pb.RegisterRequest) -> pb.RegisterReply:
     return broker.register(request)
 
 
-def _heartbeat(broker: Broker, request: pb.TenantRef) -> pb.Ack:
-    broker.heartbeat(request.tenant_id)
-    return pb.Ack(ok=True)
+def _heartbeat(broker: Broker, request: pb.TenantRef) -> pb.HeartbeatReply:
+    return pb.HeartbeatReply(ok=True, leaving=broker.heartbeat(request.tenant_id))
 
 
 def _set_target(broker: Broker, request: pb.SetTargetRequest) -> pb.Ack:

@@ -38,8 +38,9 @@ class BrokerClient:
     def register(self, request: pb.RegisterRequest) -> pb.RegisterReply:
         return self._call("Register", request)
 
-    def heartbeat(self, tenant_id: str) -> None:
-        self._call("Heartbeat", pb.TenantRef(tenant_id=tenant_id))
+    def heartbeat(self, tenant_id: str) -> list[str]:
+        """Keeps the lease; returns the tenant's executors being reclaimed (to decommission)."""
+        return list(self._call("Heartbeat", pb.TenantRef(tenant_id=tenant_id)).leaving)
 
     def set_target(self, tenant_id: str, total: int) -> None:
         self._call("SetTarget", pb.SetTargetRequest(tenant_id=tenant_id, total=total))

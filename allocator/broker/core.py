@@ -19,6 +19,7 @@ from allocator.broker.errors import ApiError, invalid, unavailable
 from allocator.broker.limits import Limits
 from allocator.broker.loop import AllocationLoop
 from allocator.broker.proto import pb
+from allocator.broker.reclaimer import Reclaimer
 from allocator.broker.snapshot import broker_info, engine_allocation, executor_messages
 from allocator.broker.store import Store, StoreError
 from allocator.broker.tenants import ExecutorRecord, Refusals, Tenant
@@ -76,6 +77,7 @@ class Broker:
         self._held = False  # no grants while a live batch's start barrier holds (hold_grants)
         self._id_floor: dict[str, int] = {}  # executor ids never reused within a tenant id
         self._lock = threading.RLock()
+        self.reclaimer = Reclaimer(self.store, backend)
         # the instance attribute at each run, so that tests may replace allocate_once
         self._loop = AllocationLoop(lambda: self.allocate_once(), lambda: self.engine.interval)
         self.started = time.time()
@@ -97,6 +99,7 @@ class Broker:
 
     def stop(self, kill_executors: bool = True) -> None:
         self._loop.stop()
+        self.reclaimer.stop()
         self.backend.stop(kill_executors=kill_executors)
         if kill_executors:
             with self._lock:
@@ -151,6 +154,7 @@ class Broker:
                     spec, ExecutorState.RUNNING, now, time.time()
                 )
                 log.info("re-adopted executor %s/%s on %s", *_key(spec), spec.agent)
+            self.reclaimer.recover(self.tenants, self.store.reclaims())
             # Whatever else the backend finds running for this broker is an orphan.
             self.backend.reconcile(adopted, abandoned)
 
@@ -192,9 +196,12 @@ class Broker:
                 broker=self._info(),
             )
 
-    def heartbeat(self, tenant_id: str) -> None:
+    def heartbeat(self, tenant_id: str) -> list[str]:
+        """Keeps the tenant's lease; returns its executors being reclaimed (LEAVING) until
+        they are gone, for its driver to decommission."""
         with self._lock:
             self._tenant(tenant_id).last_seen = time.monotonic()
+            return self.reclaimer.leaving_of(tenant_id)
 
     def set_target(self, tenant_id: str, total: int) -> None:
         with self._lock:
@@ -264,9 +271,11 @@ class Broker:
                 totals = offered()
                 for agent in allocation.agents:
                     agent.last_offered.update(totals.get(agent.name, {}))
+            shares = self.reclaimer.fair_shares(self.engine.config)
             for entry in allocation.tenants:
                 tenant = self.tenants[entry.tenant_id]
                 entry.declared = self._declared(tenant)
+                entry.fair_share = shares.get(entry.tenant_id, 0)
                 entry.executors.extend(executor_messages(tenant.executors.values()))
             return allocation
 
@@ -397,9 +406,11 @@ class Broker:
             if not status.state.terminal:
                 return
             agent = record.spec.agent
+            reclaimed = self.reclaimer.gone(status.tenant_id, status.executor_id)
             log.info(
-                "executor %s/%s on %s: %s (%s)",
+                "executor %s/%s on %s: %s (%s)%s",
                 status.tenant_id, status.executor_id, agent, status.state, status.message,
+                ", reclaimed" if reclaimed else "",
             )  # fmt: skip
             del tenant.executors[status.executor_id]
             # The process is gone: its capacity returns even if the row cannot be deleted
@@ -407,18 +418,20 @@ class Broker:
             self._best_effort(self.store.delete_executor, status.tenant_id, status.executor_id)
             if agent in self.engine.agents:
                 self.engine.release(status.tenant_id, agent)
-            self._exited(tenant, record)
+            self._exited(tenant, record, reclaimed)
             self._forget_if_stopped(tenant)
             self._poke()
 
-    def _exited(self, tenant: Tenant, record: ExecutorRecord) -> None:
+    def _exited(self, tenant: Tenant, record: ExecutorRecord, reclaimed: bool) -> None:
         """Crash-loop protection: executors ending soon after their launch, whatever their
         exit code or signal, rest the tenant on that agent unless the broker asked them to
-        stop (`tenants.executor_exited`; called once the executor is forgotten)."""
+        stop or reclaimed them (`tenants.executor_exited`; called once the executor is
+        forgotten)."""
         if self._loop.stopping.is_set():
             return  # the broker's own teardown
         now, agent = time.monotonic(), record.spec.agent
-        others = sum(r.state is not ExecutorState.KILLING for r in tenant.executors.values())
+        leaving = (ExecutorState.KILLING, ExecutorState.LEAVING)
+        others = sum(r.state not in leaving for r in tenant.executors.values())
         change = tenants.executor_exited(
             tenant.standing,
             agent,
@@ -427,6 +440,7 @@ class Broker:
             registered=record.state is not ExecutorState.LAUNCHING,
             seconds_since_launch=now - record.granted_at,
             now=now,
+            reclaimed=reclaimed or record.state is ExecutorState.LEAVING,
         )
         self._apply(tenant, change)
         if change[1]:
@@ -526,6 +540,7 @@ class Broker:
                 for _ in range(tasks):
                     launched += self._launch(tenant, grant.agent, grant.resources, now)
             self.backend.flush(any(self.engine.pending().values()))
+            self.reclaimer.run(self.engine, self.tenants, now)
             if grants:
                 self.run_seconds.append((time.perf_counter() - began, launched))
             if self.engine.runs != runs_before:

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
 
 from allocator.broker.api import (
     CALLS,
@@ -135,7 +136,16 @@ class TenantHttpServer:
             log.exception("HTTP %s failed", method)
             raise ApiError("INTERNAL", f"internal error: {type(error).__name__}") from None
         self.observe(method, "OK")
-        return 200, json_format.MessageToJson(reply, indent=None).encode()
+        return 200, reply_json(reply)
+
+
+def reply_json(reply: Message) -> bytes:
+    """A reply in protobuf's JSON mapping. A heartbeat's `leaving` is always there, `[]`
+    when empty (the JVM plugin's contract), though proto3 JSON leaves an empty list out."""
+    data = json_format.MessageToDict(reply)
+    if reply.DESCRIPTOR.name == "HeartbeatReply":
+        data.setdefault("leaving", [])
+    return json.dumps(data, separators=(", ", ": ")).encode()
 
 
 _NUMBERS = {

@@ -61,6 +61,7 @@ class Reading:
     constraints: dict[str, dict[str, object]] = field(default_factory=dict)
     grants: dict[str, int] = field(default_factory=dict)  # tenant -> executors launched
     kills: dict[str, int] = field(default_factory=dict)  # tenant -> executors killed
+    reclaimed: dict[str, int] = field(default_factory=dict)  # tenant -> executors reclaimed
     kills_total: int = 0
     offers: dict[str, int] | None = None  # Mesos backend: held, received, accepted, ...
     link: LinkState | None = None  # Mesos backend: the link to the master
@@ -74,6 +75,7 @@ def broker_reading(broker: Broker) -> Reading:
         constraints={t.tenant_id: dict(t.request.constraints) for t in tenants},
         grants={t.tenant_id: t.grants for t in tenants},
         kills={t.tenant_id: t.kills for t in tenants},
+        reclaimed={t.tenant_id: t.reclaimed for t in tenants},
         kills_total=broker.kills_total,
         offers=broker.backend.offer_stats() if hasattr(broker.backend, "offer_stats") else None,
         link=broker.backend.link.state() if hasattr(broker.backend, "link") else None,
@@ -138,6 +140,16 @@ SPECS: dict[str, Spec] = {
     ),
     "fairbroker_tenant_grants": _counter(TENANT, "Executors launched for the tenant."),
     "fairbroker_tenant_kills": _counter(TENANT, "Executors killed at the tenant's request."),
+    "fairbroker_fair_share_executors": _gauge(
+        TENANT,
+        "The tenant's fair share in executors: what it would hold if every tenant's demand "
+        "were placed from an empty cluster, capped by its target (while reclaim is on).",
+    ),
+    "fairbroker_reclaimed_executors": _counter(
+        ("tenant",),
+        "Executors reclaimed from the tenant (asked to leave so that a tenant below its fair "
+        "share gets room).",
+    ),
     "fairbroker_group_allocated": _gauge(("group",), "Resources allocated to the group.", True),
     "fairbroker_group_allocated_ratio": _gauge(
         ("group", "resource"), "Fraction of the cluster's capacity allocated to the group."
@@ -245,6 +257,8 @@ def _tenants(out: _Families, frame: AllocationFrame, reading: Reading) -> None:
         "fairbroker_tenant_task_share": frame.task_shares(),
     }
     per_agent = frame.agent_dominant_shares()
+    reclaiming = reading.allocation.broker.reclaim_after > 0
+    fair = {t.tenant_id: t.fair_share for t in reading.allocation.tenants}
     for n, (tenant, group) in enumerate(zip(frame.tenants, frame.groups, strict=True)):
         labels = [tenant, group]
         for name, values in columns.items():
@@ -257,6 +271,10 @@ def _tenants(out: _Families, frame: AllocationFrame, reading: Reading) -> None:
             out.add("fairbroker_tenant_grants", labels, reading.grants[tenant])
         if tenant in reading.kills:
             out.add("fairbroker_tenant_kills", labels, reading.kills[tenant])
+        if reclaiming:
+            out.add("fairbroker_fair_share_executors", labels, fair.get(tenant, 0))
+        if tenant in reading.reclaimed:
+            out.add("fairbroker_reclaimed_executors", [tenant], reading.reclaimed[tenant])
 
 
 def _groups(out: _Families, usage: GroupUsage) -> None:

@@ -67,6 +67,7 @@ def engine_allocation(
 
 def broker_info(engine: Engine, backend: Backend, uptime_seconds: float) -> pb.BrokerInfo:
     link = getattr(backend, "link", None)  # Mesos: the link to the master, in words
+    config = engine.config
     return pb.BrokerInfo(
         scheduler=engine.scheduler.name,
         mode=str(engine.mode),
@@ -82,6 +83,12 @@ def broker_info(engine: Engine, backend: Backend, uptime_seconds: float) -> pb.B
         ties=str(engine.ties),
         role_weights={r: w for r, w in engine.role_weights.items() if w != 1.0},
         interval_seconds=engine.interval,
+        reclaim_after=config.reclaim_after,
+        reclaim_grace=config.reclaim_grace,
+        reclaim_min_runtime=config.reclaim_min_runtime,
+        reclaim_per_run=config.reclaim_per_run,
+        reclaim_per_minute=config.reclaim_per_minute,
+        protected_groups=list(config.protected_groups),
     )
 
 

@@ -50,7 +50,9 @@ from allocator.errors import FairbrokerError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3  # 1: before write-ahead executor rows and the meta table; 2: executor_ids
+# 1: before write-ahead executor rows and the meta table; 2: before executor_ids; 3: before
+# reclaims
+SCHEMA_VERSION = 4
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tenants (
   tenant_id TEXT PRIMARY KEY, request BLOB NOT NULL, target INTEGER NOT NULL,
@@ -65,7 +67,13 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS executor_ids (
   tenant_id TEXT PRIMARY KEY, next_executor INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS reclaims (
+  tenant_id TEXT NOT NULL, executor_id TEXT NOT NULL, beneficiary TEXT NOT NULL,
+  placement TEXT NOT NULL, deadline REAL NOT NULL, PRIMARY KEY (tenant_id, executor_id)
+);
 """
+# reclaims: executors asked to leave (issue 22), written before anyone is told, with the unix
+# time after which the broker kills them; a row goes with its executor's.
 # executor_ids: the next executor id of every tenant id ever stored, kept after the tenant is
 # forgotten, so a tenant id registered again (after an unregister or a restart) never reuses
 # an id (its executors' directories and logs are named by it).
@@ -76,6 +84,7 @@ _RAISE_NEXT_ID = (
 # An executor row is written before its process is started (LAUNCHING, no handle yet) and
 # gets its handle once started (LAUNCHED): a crash in between leaves the intent on disk.
 LAUNCHING, LAUNCHED = "LAUNCHING", "LAUNCHED"
+LEAVING = "LEAVING"  # reclaimed: its reclaims row says for whom and until when
 
 
 class StoreError(FairbrokerError):
@@ -94,10 +103,23 @@ class StoredTenant:
     next_executor: int
 
 
+@dataclass(frozen=True)
+class StoredReclaim:
+    """An executor being reclaimed: for `beneficiary` (its placement `placement`), to be
+    killed once `deadline` (unix seconds) has passed."""
+
+    tenant_id: str
+    executor_id: str
+    beneficiary: str
+    placement: str
+    deadline: float
+
+
 @dataclass
 class _Loaded:
     tenants: list[StoredTenant] = field(default_factory=list)
     executors: list[tuple[LaunchSpec, str]] = field(default_factory=list)
+    reclaims: list[StoredReclaim] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what a recovery did beyond dropping rows
 
@@ -387,6 +409,21 @@ class Store:
                     f"kept executor {held[0]!r}/{held[1]!r} from row {tenant_id!r}/{executor_id!r}"
                 )
         loaded.executors.extend(executors.values())
+        # absent from a file being salvaged with a damaged schema: nothing is leaving then
+        with contextlib.suppress(sqlite3.DatabaseError):
+            for row in db.execute(
+                "SELECT tenant_id, executor_id, beneficiary, placement, deadline FROM reclaims"
+            ):
+                tenant_id, executor_id, beneficiary, placement, deadline = row
+                if (tenant_id, executor_id) not in executors:
+                    continue  # its executor row is gone: so is the executor
+                if not isinstance(deadline, int | float):
+                    loaded.problems.append(f"reclaim row {tenant_id!r}/{executor_id!r} unreadable")
+                    continue
+                loaded.reclaims.append(
+                    StoredReclaim(tenant_id, executor_id, str(beneficiary), str(placement),
+                                  float(deadline))
+                )  # fmt: skip
         # A tenant's next id is past every id stored for it, whichever row says so.
         floor: dict[str, int] = {}
         # absent from a file of an older schema (migrated at open) or one being salvaged
@@ -429,8 +466,10 @@ class Store:
             self.save_tenant(t.tenant_id, t.request.SerializeToString(), t.target, t.next_executor)
         for spec, handle in kept.executors:
             self.save_executor(spec, handle)
+        for reclaim in kept.reclaims:
+            self.record_reclaim(reclaim)
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        self._loaded = _Loaded(kept.tenants, kept.executors)
+        self._loaded = _Loaded(kept.tenants, kept.executors, kept.reclaims)
         dropped = "; ".join(one_line(p) for p in problems + kept.problems)
         notes = "".join(f"; {one_line(note)}" for note in kept.notes)
         self.recovery_report = (
@@ -447,6 +486,10 @@ class Store:
     def executors(self) -> list[tuple[LaunchSpec, str]]:
         """Stored executors and their handles ('' for one whose start was not recorded)."""
         return list(self._loaded.executors)
+
+    def reclaims(self) -> list[StoredReclaim]:
+        """Stored executors being reclaimed (each of a stored executor)."""
+        return list(self._loaded.reclaims)
 
     def next_executor(self, tenant_id: str) -> int:
         """The first executor id never stored for `tenant_id` (1 if none ever was), whether
@@ -515,6 +558,7 @@ class Store:
         statements = [("DELETE FROM tenants WHERE tenant_id = ?", (tenant_id,))]
         if executors:
             statements.append(("DELETE FROM executors WHERE tenant_id = ?", (tenant_id,)))
+            statements.append(("DELETE FROM reclaims WHERE tenant_id = ?", (tenant_id,)))
         self._transaction(*statements)
 
     def record_launch(self, spec: LaunchSpec, next_executor: int) -> None:
@@ -541,9 +585,22 @@ class Store:
             (_RAISE_NEXT_ID, (spec.tenant_id, _next_after(spec.executor_id))),
         )  # fmt: skip
 
+    def record_reclaim(self, reclaim: StoredReclaim) -> None:
+        """Write-ahead for a reclaim: the executor is marked LEAVING, with its beneficiary and
+        its kill deadline, before anyone is told (heartbeat reply, allocation) or signalled."""
+        key = (reclaim.tenant_id, reclaim.executor_id)
+        self._transaction(
+            ("UPDATE executors SET state = ? WHERE tenant_id = ? AND executor_id = ?",
+             (LEAVING, *key)),
+            ("INSERT OR REPLACE INTO reclaims VALUES (?, ?, ?, ?, ?)",
+             (*key, reclaim.beneficiary, reclaim.placement, reclaim.deadline)),
+        )  # fmt: skip
+
     def delete_executor(self, tenant_id: str, executor_id: str) -> None:
-        self._run(
-            "DELETE FROM executors WHERE tenant_id = ? AND executor_id = ?", tenant_id, executor_id
+        key = (tenant_id, executor_id)
+        self._transaction(
+            ("DELETE FROM executors WHERE tenant_id = ? AND executor_id = ?", key),
+            ("DELETE FROM reclaims WHERE tenant_id = ? AND executor_id = ?", key),
         )
 
     def close(self) -> None:

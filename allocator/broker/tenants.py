@@ -19,6 +19,11 @@ told, agent -> until when (broker clock):
   FAILURES_BEFORE_RESTING-th quick failure in a row the tenant rests there (60 s, doubling at
   each further one, at most 900 s). An executor that ran longer clears the count; one the
   broker asked to stop changes nothing. A stopping tenant's exits count for nothing.
+- Reclaimed executor exited (`executor_exited(reclaimed=True)`: the broker asked it to leave
+  so that a tenant below its fair share gets room, docs/reclaim.md): nothing changes, whenever
+  and however it ended (decommissioned, SIGTERM, SIGKILL after the grace, or a crash while
+  leaving): never a quick failure, never a rest, and the count of quick failures in a row
+  is neither raised nor cleared.
 - Launch failed (`launch_failed`, the backend raised): the tenant rests on that agent for
   LAUNCH_FAILURE_REST_SECONDS at once (a longer rest already running is kept).
 - Agent lost (`agent_lost`): nothing changes (the agent failed, not the launch); the broker
@@ -95,10 +100,12 @@ def executor_exited(
     registered: bool,
     seconds_since_launch: float,
     now: float,
+    reclaimed: bool = False,
 ) -> tuple[Standing, Refusals]:
     """One of its executors on `agent` ended, whatever its exit code or signal (`registered`:
-    it had reported RUNNING; `killing`, `others`: see `asked_to_stop`)."""
-    if standing.stopping_since is not None:
+    it had reported RUNNING; `killing`, `others`: see `asked_to_stop`; `reclaimed`: it was
+    being reclaimed)."""
+    if standing.stopping_since is not None or reclaimed:
         return standing, {}
     if asked_to_stop(standing, killing=killing, others=others):
         return standing, {}
@@ -169,6 +176,7 @@ class Tenant:
     executors: dict[str, ExecutorRecord] = field(default_factory=dict)
     grants: int = 0  # executors launched for it
     kills: int = 0  # executors killed at its request
+    reclaimed: int = 0  # executors reclaimed from it (asked to leave for another tenant)
 
     @property
     def tenant_id(self) -> str:

@@ -189,6 +189,13 @@ def same_registration(a: pb.RegisterRequest, b: pb.RegisterRequest) -> bool:
     )
 
 
+#: ConfigureRequest's reclaim numbers, each an EngineConfig field of the same name.
+RECLAIM_NUMBERS = (
+    "reclaim_after", "reclaim_grace", "reclaim_min_runtime", "reclaim_per_run",
+    "reclaim_per_minute",
+)  # fmt: skip
+
+
 def configured(config: EngineConfig, request: pb.ConfigureRequest, limits: Limits) -> EngineConfig:
     """`config` with a Configure request's changes (an empty field keeps its value); the
     engine's own checks run when it is built."""
@@ -206,6 +213,16 @@ def configured(config: EngineConfig, request: pb.ConfigureRequest, limits: Limit
         if not all(r == "*" or GROUP.fullmatch(r) for r in request.role_weights):
             raise invalid("role_weights: a group name must be a valid group")
         changes["role_weights"] = weights
+    for name in RECLAIM_NUMBERS:
+        if request.HasField(name):
+            changes[name] = getattr(request, name)
+    if request.HasField("protected_groups"):
+        groups = list(request.protected_groups.groups)
+        if len(groups) > limits.max_groups:
+            raise invalid(f"protected_groups: at most {limits.max_groups} groups")
+        if not all(g == "*" or GROUP.fullmatch(g) for g in groups):
+            raise invalid("protected_groups: a group name must be a valid group")
+        changes["protected_groups"] = tuple(groups)
     try:
         return config.replace(**changes)
     except (KeyError, ValueError, FairbrokerError) as error:

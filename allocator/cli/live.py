@@ -10,6 +10,7 @@ import click
 from allocator.broker.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from allocator.cli.engine_options import engine_flags, engine_options
 from allocator.cli.option_types import ADMISSION_OPTION, FiniteFloat, LazyChoice
+from allocator.engine_config import RECLAIM_FIELDS
 
 TOKEN_ENV = "FAIRBROKER_TOKEN"
 
@@ -207,19 +208,26 @@ BROKER_HELP = (
 
 def render_allocation(allocation) -> str:
     info = allocation.broker
+    reclaiming = info.reclaim_after > 0  # the fair share is computed only then
     lines = [
         f"scheduler {info.scheduler}, {info.mode} mode, {info.selection} selection, "
         f"{info.backend} backend; {info.grants_total} grants in {info.runs_total} runs",
         *([f"{info.backend}: {info.backend_status}"] if info.backend_status else []),
+        render_reclaim(info),
         "",
-        f"{'tenant':<28} {'group':<12} {'demand':<20} {'run':>4} {'want':>5} {'dom.share':>9}",
+        f"{'tenant':<28} {'group':<12} {'demand':<20} {'run':>4} "
+        + (f"{'fair':>4} " if reclaiming else "")
+        + f"{'want':>5} {'dom.share':>9}",
     ]
     for t in allocation.tenants:
         demand = " ".join(f"{r}={v:g}" for r, v in sorted(t.demand.items()))
         flag = "" if t.declared else " (obl.)"
+        leaving = sum(e.state == "LEAVING" for e in t.executors)
         lines.append(
             f"{t.tenant_id:<28} {t.group:<12} {demand + flag:<20} {t.running:>4} "
-            f"{t.target:>5} {t.dominant_share:>9.3f}"
+            + (f"{t.fair_share:>4} " if reclaiming else "")
+            + f"{t.target:>5} {t.dominant_share:>9.3f}"
+            + (f"  ({leaving} leaving)" if leaving else "")
         )
     # as wide as the longest name: a Mesos agent id is 39+ characters (with @role more)
     name = max([len(a.name) for a in allocation.agents] + [10])
@@ -290,14 +298,30 @@ def status(broker: str, token: str | None, as_json: bool, master: str | None) ->
 
 @click.command()
 @_broker_address
-@engine_flags(("scheduler", "mode", "selection", "level", "trigger", "ties", "role_weights"))
-def configure(broker: str, token: str | None, role_weights: tuple[str, ...], **changes) -> None:
-    """Change a running broker's scheduler, mode, selection, level, trigger, ties or group
-    weights. The changes last until the broker stops: to keep them, put them in its
-    configuration (serve --config FILE, FAIRBROKER_* or flags)."""
+@engine_flags(
+    ("scheduler", "mode", "selection", "level", "trigger", "ties", "role_weights",
+     *RECLAIM_FIELDS)
+)  # fmt: skip
+@click.option(
+    "--no-protected-groups", is_flag=True,
+    help="Clear the protected groups: every group's executors may be reclaimed.",
+)  # fmt: skip
+def configure(
+    broker: str, token: str | None, role_weights: tuple[str, ...],
+    protected_groups: tuple[str, ...], no_protected_groups: bool, **changes,
+) -> None:  # fmt: skip
+    """Change a running broker's scheduler, mode, selection, level, trigger, ties, group
+    weights or reclaim knobs (--protected-group replaces the set). The changes last until
+    the broker stops: to keep them, put them in its configuration (serve --config FILE,
+    FAIRBROKER_* or flags)."""
+    from allocator.broker.proto import pb
     from allocator.cli.engine_options import role_weights_of
 
     weights = role_weights_of(role_weights)
+    if no_protected_groups and protected_groups:
+        raise click.UsageError("--protected-group and --no-protected-groups together")
+    if protected_groups or no_protected_groups:
+        changes["protected_groups"] = pb.GroupList(groups=protected_groups)
     with _client(broker, token) as client:
         info = client.configure(
             **{k: v for k, v in changes.items() if v is not None}, role_weights=weights
@@ -311,6 +335,21 @@ def render_engine(info) -> str:
         f"scheduler {info.scheduler}, {info.mode} mode, {info.selection} selection, "
         f"{info.level} level, {info.trigger} trigger, ties {info.ties}"
         + (f", group weights {weights}" if weights else "")
+        + f"; {render_reclaim(info)}"
+    )
+
+
+def render_reclaim(info) -> str:
+    """The reclaim knobs of a BrokerInfo, in words."""
+    if info.reclaim_after <= 0:
+        return "reclaim off"
+    protected = ", ".join(info.protected_groups)
+    return (
+        f"reclaim after {info.reclaim_after:g} s below the fair share (grace "
+        f"{info.reclaim_grace:g} s, min runtime {info.reclaim_min_runtime:g} s, at most "
+        f"{info.reclaim_per_run} per run and {info.reclaim_per_minute} per minute"
+        + (f", protected groups {protected}" if protected else "")
+        + ")"
     )
 
 
