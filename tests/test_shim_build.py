@@ -152,11 +152,13 @@ def stub_broker(answer=None) -> Iterator[StubBroker]:
 
 
 @contextlib.contextmanager
-def process_group(argv: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
+def process_group(
+    argv: list[str], env: dict[str, str], log: Path, cwd: Path | None = None
+) -> Iterator[subprocess.Popen]:
     """A subprocess in its own process group, killed with its children on the way out."""
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd
         )
         try:
             yield process
@@ -415,9 +417,11 @@ def test_leaving_executors_are_decommissioned_once_and_garbage_is_ignored(
                 policy=ExecutorEnvPolicy(), inherited=os.environ,
                 backend_env={"SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1"},
             )  # fmt: skip
-            executors[executor_id] = stack.enter_context(
-                process_group(command.argv, command.environment, tmp_path / f"exec{executor_id}")
-            )
+            workdir = tmp_path / f"executor-{executor_id}"  # where it fetches the app's jars
+            workdir.mkdir()
+            executors[executor_id] = stack.enter_context(process_group(
+                command.argv, command.environment, workdir / "log", cwd=workdir
+            ))  # fmt: skip
         wait_for(ready.exists, 240, "two executors to run a job", every=0.2)
 
         for hostile in HOSTILE_REPLIES:
