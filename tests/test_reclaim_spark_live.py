@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from support.polling import wait_for
+from support.reclaim import AllocationWatch, rerun_tasks
 from support.spark import Driver, executor_processes
 
 from allocator.backends.base import AgentInfo
@@ -37,69 +35,6 @@ PI_SEED, PI_PARTITIONS, PI_SAMPLES = 3, 4, 20_000
 PI_TASK_SECONDS = 45
 
 
-@dataclass
-class Sampler:
-    """Samples the broker every 0.2 s: agents over capacity, the executors each tenant holds
-    per state, the tenants that ever rested, and whether both held executors at once."""
-
-    service: BrokerService
-    over: list[str] = field(default_factory=list)
-    leaving: dict[str, set[str]] = field(default_factory=dict)
-    most: Counter[str] = field(default_factory=Counter)
-    rested: set[str] = field(default_factory=set)
-    both_running: int = 0
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def __post_init__(self) -> None:
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        broker = self.service.broker
-        while not self.stop.wait(0.2):
-            allocation = broker.allocation()
-            for agent in allocation.agents:
-                for r, cap in agent.capacity.items():
-                    if agent.allocated[r] > cap + 1e-9:
-                        self.over.append(f"{agent.name}: {r} {agent.allocated[r]} > {cap}")
-            running = Counter()
-            for tenant in allocation.tenants:
-                for e in tenant.executors:
-                    if e.state == "LEAVING":
-                        self.leaving.setdefault(tenant.group, set()).add(e.executor_id)
-                    if e.state == "RUNNING":
-                        running[tenant.group] += 1
-            for group, n in running.items():
-                self.most[group] = max(self.most[group], n)
-            if running["pi"] and running["wc"]:
-                self.both_running += 1
-            with broker._lock:
-                for tenant in broker.tenants.values():
-                    if any(until > time.monotonic() for until in tenant.standing.rests.values()):
-                        self.rested.add(tenant.group)
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(timeout=10)
-
-
-def rerun_tasks(log: str, executors: set[str]) -> set[int]:
-    """Partitions whose first attempt ran on one of `executors`, was lost with it (Spark 4
-    logs "failed because while it was being computed, its executor exited", 3.5 "Lost
-    task") and that were started again."""
-    started = r"Starting task (\d+)\.0 in stage 0\.0 \(TID \d+\) \([^,]*, ?executor (\w+),"
-    first = {int(m[1]): m[2] for m in re.finditer(started, log)}
-    failed = {
-        int(m[1] or m[2])
-        for m in re.finditer(
-            r"task (\d+)\.0 in stage 0\.0 \(TID \d+\) failed because while it was being "
-            r"computed, its executor exited|Lost task (\d+)\.0 in stage 0\.0", log
-        )
-    }  # fmt: skip
-    again = {int(m[1]) for m in re.finditer(r"Starting task (\d+)\.[1-9] in stage 0\.0", log)}
-    return {task for task in failed & again if first.get(task) in executors}
-
-
 @pytest.mark.slow
 def test_a_late_spark_job_gets_executors_reclaimed_by_decommissioning(tmp_path: Path) -> None:
     """Pi (target 4) fills the four slots with tasks of 45 s; WordCount (target 2, same
@@ -117,7 +52,7 @@ def test_a_late_spark_job_gets_executors_reclaimed_by_decommissioning(tmp_path: 
     expected = Counter(text.read_text().split())
     out = tmp_path / "counts.json"
     with BrokerService(options) as service:
-        sampler = Sampler(service)
+        sampler = AllocationWatch(service, ("pi", "wc"))
         try:
             first = Driver(
                 service.http_address,
