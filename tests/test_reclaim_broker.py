@@ -362,3 +362,40 @@ def test_configure_changes_the_reclaim_knobs_of_a_live_broker(tmp_path: Path) ->
         status, reply = http(service, "Configure", b'{"protectedGroups": {"groups": ["a b"]}}')
         assert status == 400 and "protected_groups" in reply["error"], reply
         assert config() == before
+
+
+def test_an_executor_that_ignores_sigterm_is_sigkilled_after_the_grace(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Real processes that ignore SIGTERM, as a JVM stuck in a shutdown hook would: the one
+    reclaimed is killed (SIGTERM, then SIGKILL) once the grace and the embedded cluster's kill
+    wait have passed, not before, and only then does the waiting tenant get its room."""
+    from allocator.backends import local
+
+    monkeypatch.setattr(local, "KILL_GRACE_SECONDS", 1.0)
+    grace = 1.0
+    workdir = tmp_path / "agents"
+    agent = AgentInfo("s1", "127.0.3.1", {"cpus": 2, "mem": 4096})
+    cluster = LocalCluster([agent], workdir, stand_in_spark(tmp_path, ignore_term=True))
+    config = fast(reclaim_after=0.2, reclaim_grace=grace, interval=0.1)
+    broker = Broker(cluster, config, lease_seconds=600)
+    broker.start()
+    try:
+        broker.register(request("A", DEMAND, target=2))
+        wait_for(lambda: held(broker).get("A") == {"RUNNING": 2}, 30, "A on both slots")
+        pids = dict(cluster.pids())
+        broker.register(request("B", DEMAND, target=2))
+        (leaving,) = wait_for(lambda: broker.heartbeat("A"), 30, "one of A's executors leaving")
+        asked = time.monotonic()
+        pid = pids[("A", leaving)]
+        # SIGTERM comes at the end of the grace and is ignored; SIGKILL 1 s later
+        while time.monotonic() < asked + grace + local.KILL_GRACE_SECONDS - 0.3:
+            assert pid in marked(workdir) and "B" not in held(broker)
+            time.sleep(0.05)
+        wait_for(lambda: pid not in marked(workdir), 15, "the SIGKILL", every=0.05)
+        wait_for(lambda: held(broker).get("B") == {"RUNNING": 1}, 15, "B on the freed slot")
+        assert held(broker)["A"] == {"RUNNING": 1}
+        assert broker.tenants["A"].standing.rests == {}
+    finally:
+        broker.stop()
+    assert marked(workdir, leaders=False) == set()
