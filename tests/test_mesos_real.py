@@ -41,7 +41,11 @@ HOSTS = {a.hostname for a in AGENTS}
 def mesos(tmp_path: Path):
     with RealMesos(AGENTS, work_dir=tmp_path / "mesos", agent_ping_timeout=1) as running:
         yield running
-    left = processes_under(tmp_path / "mesos")
+    # a task's `mesos-containerizer launch` may take a moment to exit after its agent stopped
+    # (seen 1 run in 3 after a KILL with a grace): a leak is what is still there after 10 s
+    deadline = time.monotonic() + 10
+    while (left := processes_under(tmp_path / "mesos")) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not left, f"processes outlived the real cluster: {describe(left)}"
 
 
