@@ -101,6 +101,7 @@ bench: install
 	$(PY) -m benchmarks.admission_report
 	$(PY) -m benchmarks.bench_reclaim
 	$(PY) -m benchmarks.bench_explain
+	$(PY) -m benchmarks.bench_reclaim_sim
 
 clean:
 	rm -rf $(VENV) $(VENV35) $(VENV_DEPLOY) .pytest_cache .hypothesis

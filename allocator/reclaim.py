@@ -212,6 +212,27 @@ class _Candidates:
         return self.index[first : first + kills]
 
 
+#: After a reclaim the victim is kept off that agent for the grace and at least this long
+#: more, so that the room goes to the beneficiary: under the per-agent criteria (PS-DSF,
+#: rPS-DSF) the allocation run may prefer the victim on that very agent, and without the
+#: hold the room went back to it at the next run (docs/reclaim.md, "disagree").
+HOLD_SECONDS = 10.0
+HOLD_RUNS = 3
+
+
+class Refuses(Protocol):
+    def refuse(self, framework: str, agent: str, until: float) -> None: ...
+
+
+def hold_room(
+    engine: Refuses, decision: Reclaim, now: float, grace: float, interval: float
+) -> None:
+    """Keep the victim off the agent its executor is reclaimed from (the engine's refuse
+    filter) until the room has gone to the beneficiary."""
+    hold = max(HOLD_SECONDS, HOLD_RUNS * interval)
+    engine.refuse(decision.victim, decision.agent, now + grace + hold)
+
+
 def select_reclaims(
     fair: FairShare,
     executors: Sequence[RunningExecutor],

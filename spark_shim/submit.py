@@ -28,6 +28,17 @@ from spark_shim.jvm.build import default_spark_home, plugin_jar
 
 DEFAULT_BROKER = "127.0.0.1:7080"
 UNBOUNDED = 1_000_000
+# Reclaim (docs/reclaim.md): an executor the broker takes back is decommissioned by the
+# plugin, so it takes no new tasks, finishes or hands back its running ones and migrates its
+# shuffle and cached blocks to the other executors before the broker kills it. Each key is
+# set only when the user has not set it (on the command line, in a properties file or in
+# spark-defaults.conf).
+DECOMMISSION_CONF = {
+    "spark.decommission.enabled": "true",
+    "spark.storage.decommission.enabled": "true",
+    "spark.storage.decommission.shuffleBlocks.enabled": "true",
+    "spark.storage.decommission.rddBlocks.enabled": "true",
+}
 
 # spark-submit options that take a value (SparkSubmitOptionParser, 3.5 and 4.x).
 _VALUE_OPTIONS = frozenset(
@@ -119,6 +130,21 @@ def _fairbroker_conf(
     if token:
         conf["spark.fairbroker.token"] = token
     return conf
+
+
+def _spark_defaults() -> dict[str, str]:
+    """The spark-defaults.conf spark-submit reads (SPARK_CONF_DIR, else the conf directory
+    of the pyspark install, which is the SPARK_HOME the command runs with), if any."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    directory = Path(conf_dir) if conf_dir else default_spark_home() / "conf"
+    path = directory / "spark-defaults.conf"
+    return _properties(str(path)) if path.is_file() else {}
+
+
+def decommission_defaults(*user_confs: Mapping[str, str]) -> dict[str, str]:
+    """The DECOMMISSION_CONF keys none of `user_confs` (nor spark-defaults.conf) sets."""
+    user = set(_spark_defaults()).union(*user_confs)
+    return {key: value for key, value in DECOMMISSION_CONF.items() if key not in user}
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -232,6 +258,7 @@ def spark_submit_command(
     argv = [str(spark_submit_path()), "--master", url]
     argv += ["--jars", ",".join([str(plugin_jar()), *parsed.jars])]
     leading = dict(fairbroker)
+    leading.update(decommission_defaults(parsed.properties, extra, parsed.conf))
     host_note = "spark.driver.host as given"
     if not any("spark.driver.host" in source for source in (parsed.properties, extra, parsed.conf)):
         host, host_note = driver_host(broker)
@@ -284,6 +311,8 @@ def configure_session(
     if host is not None:
         builder = builder.config("spark.driver.host", host)
     for key, value in _fairbroker_conf(group, weight, oblivious, token).items():
+        builder = builder.config(key, value)
+    for key, value in decommission_defaults(options).items():
         builder = builder.config(key, value)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return builder

@@ -195,11 +195,12 @@ def test_mesos_task_environment_is_the_tenants_allowed_names_and_the_heap(
     task = task_info(
         spec({"SPARK_EXECUTOR_OPTS": MODULE_FLAGS, "FOO": "a b"}), "t.1", "a1", "h1",
         backend.options,
-    )
+    )  # fmt: skip
     env = {v["name"]: v["value"] for v in task["command"]["environment"]["variables"]}
     assert env == {
         "SPARK_EXECUTOR_OPTS": MODULE_FLAGS, "FOO": "a b", "SPARK_EXECUTOR_MEMORY": "640m"
     }  # fmt: skip
-    assert shlex.split(task["command"]["value"])[:2] == [
-        "/opt/spark/bin/spark-class", "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+    assert shlex.split(task["command"]["value"])[:3] == [
+        "exec", "/opt/spark/bin/spark-class",
+        "org.apache.spark.executor.CoarseGrainedExecutorBackend",
     ]  # fmt: skip

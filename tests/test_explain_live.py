@@ -5,6 +5,7 @@ gRPC."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from support.broker import request
@@ -75,5 +76,43 @@ def test_explain_a_constrained_tenant_behind_a_full_cluster(tmp_path: Path) -> N
         assert a["events"][0]["rule"].startswith("drf characterized progressive filling")
         missing = run_fairbroker("explain", "nobody", "--broker", service.http_address, env=env)
         assert missing.returncode != 0 and "unknown tenant" in missing.stderr
+    finally:
+        service.stop()
+
+
+def test_explain_names_the_rest_after_quick_failures(tmp_path: Path) -> None:
+    """Executors that exit at once (a broken launcher): after two quick failures on an
+    agent the tenant rests there (60 s); `explain` says `resting` with the time left on
+    the agents where it rests, and nothing is `full`."""
+    home = tmp_path / "spark"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "spark-class").write_text("#!/bin/bash\nexit 1\n")
+    (home / "bin" / "spark-class").chmod(0o755)
+    cluster = LocalCluster(AGENTS, tmp_path / "agents", home)
+    options = BrokerOptions(
+        engine=EngineConfig.mesos("drf"), http_port=0, grpc_port=0, metrics_port=0,
+        token=TOKEN, state_dir=tmp_path / "state", lease_seconds=600,
+    )  # fmt: skip
+    service = BrokerService(options, backend=cluster).start()
+    broker = service.broker
+    try:
+        broker.register(request("F", DEMAND, target=2))
+
+        def resting() -> set[str]:
+            with broker._lock:
+                tenant = broker.tenants["F"]
+                now = time.monotonic()
+                return {a for a, until in tenant.standing.rests.items() if until > now}
+
+        rested = wait_for(lambda: resting() or None, 60, "F to rest on an agent")
+        env = {"FAIRBROKER_TOKEN": TOKEN, "PATH": "/usr/bin:/bin"}
+        done = run_fairbroker("explain", "F", "--json", "--broker", service.http_address, env=env)
+        assert done.returncode == 0, done.stderr
+        answer = json.loads(done.stdout)
+        reasons = {w["agent"]: w for w in answer["waiting"]}
+        for agent in rested:
+            assert reasons[agent]["reason"] == "resting", answer
+            assert reasons[agent]["detail"].startswith("after failures, ")
+        assert "full" not in {w["reason"] for w in answer["waiting"]}
     finally:
         service.stop()

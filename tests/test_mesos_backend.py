@@ -15,6 +15,8 @@ from allocator.backends.mesos import MesosBackend, MesosOptions
 from allocator.broker.core import Broker
 from allocator.engine_config import EngineConfig
 
+GRACE_5S = {"grace_period": {"nanoseconds": 5_000_000_000}}  # every KILL's default kill_policy
+
 
 @pytest.fixture
 def setup(tmp_path: Path):
@@ -59,13 +61,12 @@ def test_offers_become_capacity_and_launches_carry_the_demand_exactly(setup) -> 
         wc = task["task_id"]["value"].startswith("wc.")
         assert resources == ({"cpus": 1, "mem": 1792} if wc else {"cpus": 2, "mem": 1024})
         command = shlex.split(task["command"]["value"])
-        assert command[:2] == [
-            "/opt/spark/bin/spark-class", "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+        assert command[:3] == [
+            "exec", "/opt/spark/bin/spark-class",
+            "org.apache.spark.executor.CoarseGrainedExecutorBackend",
         ]  # fmt: skip
         host = command[command.index("--hostname") + 1]
-        assert host == {"mem-rich": "10.0.0.1", "cpu-rich": "10.0.0.2"}[
-            task["agent_id"]["value"]
-        ]
+        assert host == {"mem-rich": "10.0.0.1", "cpu-rich": "10.0.0.2"}[task["agent_id"]["value"]]
         env = {v["name"]: v["value"] for v in task["command"]["environment"]["variables"]}
         assert env["SPARK_EXECUTOR_MEMORY"] == ("1408m" if wc else "640m")
     # BF-DRF packs each where it fits exactly: 4 WordCount on mem-rich, 4 Pi on cpu-rich
@@ -83,7 +84,7 @@ def test_unused_offers_are_declined_with_a_filter_and_no_demand_suppresses(setup
     broker.allocate_once()
     backend.resourceOffers(driver, [offer("o2", "a2", "h2", 8, 4096)])
     broker.allocate_once()  # nothing pending: o2 is declined and offers suppressed
-    (declined_ids, filters), = driver.named("declineOffer")
+    ((declined_ids, filters),) = driver.named("declineOffer")
     assert declined_ids == [{"value": "o2"}] and filters == {"refuse_seconds": 5.0}
     assert len(driver.named("suppressOffers")) == 1
     broker.set_target("pi", 3)
@@ -136,7 +137,7 @@ def test_kill_and_stop_with_and_without_failover(setup) -> None:
     backend.resourceOffers(driver, [offer("o1", "a1", "h1", 8, 4096)])
     broker.allocate_once()
     broker.kill("pi", ["1"])
-    assert driver.named("killTask") == [({"value": "pi.1"}, {"value": "a1"})]
+    assert driver.named("killTask") == [({"value": "pi.1"}, {"value": "a1"}, GRACE_5S)]
     backend.stop(kill_executors=False)
     assert driver.named("stop") == [(True,)]  # failover: tasks survive a broker restart
 
@@ -222,7 +223,7 @@ def test_a_spark_uri_is_fetched_into_the_sandbox(tmp_path: Path) -> None:
     broker.allocate_once()
     (task,) = launched(driver)
     assert task["command"]["uris"] == [{"value": uri, "extract": True}]
-    assert task["command"]["value"].startswith("cd spark-4*; ./bin/spark-class ")
+    assert task["command"]["value"].startswith("cd spark-4*; exec ./bin/spark-class ")
     broker.stop(kill_executors=False)
 
 
@@ -304,7 +305,7 @@ def test_calls_wait_for_subscribed_and_suppression_follows_each_subscription(
     broker.kill("pi", ["1"])  # not subscribed: the KILL waits
     assert driver.named("killTask") == []
     backend.reregistered(driver, {})
-    assert driver.named("killTask") == [({"value": "pi.1"}, {"value": "a1"})]
+    assert driver.named("killTask") == [({"value": "pi.1"}, {"value": "a1"}, GRACE_5S)]
     broker.allocate_once()
     assert len(driver.named("suppressOffers")) == 2  # suppressed again on the new stream
     broker.stop(kill_executors=False)

@@ -4,7 +4,10 @@ the faults a real master produces. Skipped when the machine has no Mesos build."
 
 from __future__ import annotations
 
+import json
+import re
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,7 @@ from allocator.scenarios.cluster_file import load_cluster_file
 
 pytestmark = pytest.mark.skipif(mesos_home() is None, reason=SKIP_REASON)
 
+WC_CONF = {"spark.executor.cores": "1", "spark.executor.memory": "1408m"}  # + 384 = 1792 MiB
 AGENTS = load_cluster_file()  # paper 002's three agent types, as the embedded cluster
 HOSTS = {a.hostname for a in AGENTS}
 
@@ -37,7 +41,11 @@ HOSTS = {a.hostname for a in AGENTS}
 def mesos(tmp_path: Path):
     with RealMesos(AGENTS, work_dir=tmp_path / "mesos", agent_ping_timeout=1) as running:
         yield running
-    left = processes_under(tmp_path / "mesos")
+    # a task's `mesos-containerizer launch` may take a moment to exit after its agent stopped
+    # (seen 1 run in 3 after a KILL with a grace): a leak is what is still there after 10 s
+    deadline = time.monotonic() + 10
+    while (left := processes_under(tmp_path / "mesos")) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not left, f"processes outlived the real cluster: {describe(left)}"
 
 
@@ -94,7 +102,7 @@ def broker_on(tmp_path: Path, mesos: RealMesos, **options):
     from allocator.backends.mesos import MesosBackend, MesosOptions
     from allocator.broker.server import BrokerOptions, BrokerService
 
-    mesos_keys = {"roles", "spark_home", "agents_look_seconds"}
+    mesos_keys = {"roles", "spark_home", "agents_look_seconds", "kill_grace"}
     backend = MesosBackend(MesosOptions(
         master=mesos.address, state_dir=tmp_path / "broker",
         **{k: v for k, v in options.items() if k in mesos_keys},
@@ -220,6 +228,45 @@ def test_an_agent_killed_under_an_executor(tmp_path: Path, mesos: RealMesos) -> 
     # when the agent returned; the broker's KILL ended it, long before the job did
     states = next(t.states for t in mesos.tasks() if t.task_id == victim.task_id)
     assert states[-1] == "TASK_KILLED", states
+
+
+def test_a_kill_gives_the_executor_sigterm_and_the_grace_before_sigkill(
+    tmp_path: Path, mesos: RealMesos
+) -> None:
+    """The KILL's kill_policy on the real master: an executor that ignores SIGTERM gets it at
+    once and SIGKILL only after MesosOptions.kill_grace (6 s here; Mesos's own default is
+    3 s); it ends TASK_KILLED, and the broker records no failure (no rest)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    home = tmp_path / "stubborn-spark"
+    (home / "bin").mkdir(parents=True)
+    script = home / "bin" / "spark-class"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"trap 'date +%s.%N > {marks}/term-$$' TERM\n"
+        f"touch {marks}/started-$$\n"
+        "while :; do sleep 0.1; done\n"
+    )
+    script.chmod(0o755)
+    grace = 6.0
+    with broker_on(tmp_path, mesos, spark_home=str(home), kill_grace=grace,
+                   scheduler="drf") as service:  # fmt: skip
+        register(service, "t", 1, 512, target=1)
+        wait_for(lambda: mesos.tasks("TASK_RUNNING") and list(marks.glob("started-*")), 60,
+                 "the executor to run")  # fmt: skip
+        asked = time.time()
+        assert service.broker.kill("t", ["1"]) == ["1"]
+        state = lambda: next(t.state for t in mesos.tasks() if t.task_id == "t.1")  # noqa: E731
+        wait_for(lambda: state() == "TASK_KILLED", 30, "the task to be killed", every=0.1)
+        killed = time.time()
+        (term,) = marks.glob("term-*")
+        sigterm_at = float(term.read_text())
+        assert sigterm_at - asked < 2.0  # SIGTERM at once
+        assert grace - 0.5 <= killed - asked <= grace + 5.0  # SIGKILL only after the grace
+        standing = service.broker.tenants["t"].standing
+        assert not standing.rests and not any(standing.failures.values())
+    wait_for(lambda: all(t.state in TERMINAL for t in mesos.tasks()), 30,
+             "every Mesos task to reach a terminal state")  # fmt: skip
 
 
 def test_status_shows_the_real_masters_view(tmp_path: Path, mesos: RealMesos) -> None:
@@ -572,3 +619,89 @@ def test_idle_broker_starts_believe_no_agent_usable_without_an_offer(
                 serve.kill()
                 serve.wait(10)
     assert believed == [], believed
+
+
+# ---- reclaim: two Spark jobs at once, both hold executors while both run (issue 22) -------
+
+
+def test_two_spark_jobs_at_once_both_hold_executors_while_both_run(
+    tmp_path: Path, mesos: RealMesos
+) -> None:
+    """The issue's scenario on the real master: Pi (12 x 2 cpu / 1 GiB, group pi) and
+    WordCount (12 x 1 cpu / 1.75 GiB, group wc) submitted at the same moment. Without
+    reclaim the first to register kept all it asked for; with reclaim (after 3 s, grace
+    5 s) both hold executors while both run, each up to its fair share, and both answers
+    are exact. Reclaimed executors leave through the plugin's decommissioning and the KILL's
+    kill_policy; nothing is over capacity and no tenant rests."""
+    from support.reclaim import AllocationWatch
+
+    from spark_shim.apps import pi, script, wordgen
+
+    text = tmp_path / "words.txt"
+    words = wordgen.generate(text, 2, seed=5, vocabulary_size=800)
+    out = tmp_path / "counts.json"
+    beat = {"spark.fairbroker.heartbeatInterval": "500ms"}
+    with mesos_broker(tmp_path, mesos, scheduler="drf", reclaim_after=3, reclaim_grace=5,
+                      reclaim_min_runtime=2) as service:  # fmt: skip
+        watch = AllocationWatch(service, ("pi", "wc"))
+        try:
+            jobs = {
+                "pi": Driver(
+                    service.http_address,
+                    [str(script("pi")), "24", "20000", "--seed", "9", "--task-seconds", "40"],
+                    workdir=tmp_path, name="pi", group="pi",
+                    conf={**PI_CONF, **beat, "spark.executor.instances": "12",
+                          "spark.log.level": "INFO"},
+                ),
+                "wc": Driver(
+                    service.http_address,
+                    [str(script("wordcount")), str(text), str(out), "--partitions", "12",
+                     "--top", "0", "--task-seconds", "40"],
+                    workdir=tmp_path, name="wc", group="wc",
+                    conf={**WC_CONF, **beat, "spark.executor.instances": "12",
+                          "spark.log.level": "INFO"},
+                ),
+            }  # fmt: skip
+            codes = {name: job.wait(timeout=600)[0] for name, job in jobs.items()}
+        finally:
+            watch.close()
+        for name, job in jobs.items():
+            assert codes[name] == 0, job.output()
+        wait_for(lambda: not executor_processes(str(tmp_path)), 60, "executors to exit")
+    print(f"both running in {watch.both_running} samples; fair shares "
+          f"{watch.fair_while_both}, held at most {dict(watch.held_while_both)} then; "
+          f"reclaimed {watch.leaving}")  # fmt: skip
+    assert watch.both_running > 0
+    # Measured: fair shares 8 and 8, or 7 and 7 (DRF on the six typed agents; ties go to
+    # the tenant registered first); held 11 and 8, 12 and 9, 11 and 8 while both ran. One
+    # executor of slack for placement.
+    for group in ("pi", "wc"):
+        fair = watch.fair_while_both[group]
+        assert fair > 0 and watch.held_while_both[group] >= fair - 1, watch
+    # Not watch.over: on Mesos the broker's capacity of an agent follows its offers and
+    # tasks, and one 0.2 s sample (in one of three runs) showed an agent's two executors against one
+    # executor's capacity (not a launch beyond an offer: the master refuses those).
+    assert watch.rested == set(), watch.rested
+    pi_log = jobs["pi"].log.read_text(errors="replace")
+    result = re.search(r"RESULT pi=\S+ inside=(\d+) samples=(\d+)", pi_log)
+    assert result, pi_log[-3000:]
+    assert int(result[1]) == sum(pi.count_inside(9, i, 20000) for i in range(24))
+    counts = json.loads(out.read_text())
+    assert counts["total"] == words.total
+    assert dict(counts["top"]) == Counter(text.read_text().split())
+    wait_for(lambda: all(t.state in TERMINAL for t in mesos.tasks()), 30,
+             "every Mesos task to reach a terminal state")  # fmt: skip
+    failed = [t.task_id for t in mesos.tasks() if t.state not in ("TASK_FINISHED", "TASK_KILLED")]
+    assert failed == []
+    # Whether anything is reclaimed depends on who registered first and how the rest
+    # packs (measured: none when WordCount got 9 beside Pi's 12; two of Pi's when Pi got 11
+    # and WordCount 8; two of WordCount's still starting, never registered with their
+    # driver, when WordCount got 11 and Pi 8). The plugin decommissions only executors the
+    # broker reclaims (the registered ones; those still starting are killed after the
+    # grace). test_a_late_tenant_gets_its_fair_share_back_on_the_real_master always
+    # reclaims; tests/test_reclaim_spark_live.py checks the decommissioning exactly.
+    for group in ("pi", "wc"):
+        log = jobs[group].log.read_text(errors="replace")
+        asked = re.findall(r"fairbroker: the broker reclaims executors \[([^\]]*)\]", log)
+        decommissioned = {e.strip() for line in asked for e in line.split(",")}
+        assert decommissioned <= watch.leaving.get(group, set()), (group, asked, watch.leaving)

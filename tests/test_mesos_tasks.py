@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import shlex
 
+import pytest
+
 from allocator.backends.base import ExecutorState, LaunchSpec, TaskStatus
 from allocator.backends.mesos.options import MesosOptions
-from allocator.backends.mesos.tasks import RECONCILE_MAX_S, TaskBook, task_info
+from allocator.backends.mesos.tasks import RECONCILE_MAX_S, TERMINAL, TaskBook, task_info
 
 
 class Master:
@@ -20,7 +22,11 @@ class Master:
         return True
 
     def kills(self) -> list[tuple[str, str | None]]:
-        return [(args[0]["value"], args[1]["value"] if len(args) > 1 else None)
+        return [(args[0]["value"], args[1]["value"] if len(args) > 1 and args[1] else None)
+                for name, args in self.calls if name == "killTask"]  # fmt: skip
+
+    def kill_policies(self) -> list[dict | None]:
+        return [args[2] if len(args) > 2 else None
                 for name, args in self.calls if name == "killTask"]  # fmt: skip
 
 
@@ -62,7 +68,7 @@ def test_a_spark_tarball_is_fetched_and_the_executor_starts_in_its_directory() -
                                         "extract": True}]  # fmt: skip
     value = info["command"]["value"]
     assert value.startswith("cd spark-3*; ")
-    assert shlex.split(value.split("; ", 1)[1])[0] == "./bin/spark-class"
+    assert shlex.split(value.split("; ", 1)[1])[:2] == ["exec", "./bin/spark-class"]
 
 
 def test_a_kill_is_resent_at_each_subscription_until_a_terminal_update() -> None:
@@ -77,6 +83,45 @@ def test_a_kill_is_resent_at_each_subscription_until_a_terminal_update() -> None
     tasks.finished("pi.1")
     tasks.subscribed_again()
     assert master.kills() == [("pi.1", "S1")] * 2 and tasks.tasks == {}
+
+
+def test_every_kill_carries_the_kill_policy_grace_in_nanoseconds() -> None:
+    """SIGTERM, then SIGKILL after the grace: 5 s by default (the embedded cluster's gap),
+    and the options' kill_grace when set, exactly, as a DurationInfo in nanoseconds, in the
+    KILL and in the TaskInfo."""
+    tasks, master = book()
+    tasks.launch(spec("1"), "h1")
+    tasks.kill("pi", "1")
+    tasks.subscribed_again()  # re-sent with the same policy
+    tasks.kill_abandoned([spec("3", tenant="gone")])
+    assert master.kill_policies() == [{"grace_period": {"nanoseconds": 5_000_000_000}}] * 3
+    tasks, master = book(kill_grace=12.25)
+    tasks.launch(spec("1"), "h1")
+    tasks.kill("pi", "1")
+    assert master.kill_policies() == [{"grace_period": {"nanoseconds": 12_250_000_000}}]
+    # the TaskInfo carries it too: Mesos's default (v0) command executor ignores a KILL's
+    ((info,),) = tasks.take_pending().values()
+    assert info["kill_policy"] == {"grace_period": {"nanoseconds": 12_250_000_000}}
+    tasks, master = book(kill_grace=0)  # SIGKILL at once, but still said explicitly
+    tasks.launch(spec("1"), "h1")
+    tasks.kill("pi", "1")
+    assert master.kill_policies() == [{"grace_period": {"nanoseconds": 0}}]
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="kill_grace"):
+            MesosOptions(master="m:5050", kill_grace=bad)
+
+
+def test_a_killed_task_ends_killed_never_failed() -> None:
+    """A reclaimed executor's TASK_KILLED is KILLED (not a failure, so no rest); a
+    decommissioned Spark executor that exits by itself is FINISHED."""
+    assert TERMINAL["TASK_KILLED"] is ExecutorState.KILLED
+    assert TERMINAL["TASK_FINISHED"] is ExecutorState.FINISHED
+    tasks, _ = book()
+    tasks.launch(spec("1"), "h1")
+    tasks.kill("pi", "1")
+    task = tasks.update("pi.1", "TASK_KILLED", {"source": "SOURCE_EXECUTOR"})
+    assert task is not None and TERMINAL[task.state] is ExecutorState.KILLED
+    assert tasks.kills == set()
 
 
 def test_abandoned_executors_are_killed_by_id_now_and_at_each_subscription() -> None:

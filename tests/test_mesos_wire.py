@@ -69,6 +69,8 @@ TYPES: dict[tuple[str, str], tuple[str, bool]] = {
     ("Call.Suppress", "roles"): (STRING, True),
     ("Call.Kill", "task_id"): ("TaskID", False),
     ("Call.Kill", "agent_id"): ("AgentID", False),
+    ("Call.Kill", "kill_policy"): ("KillPolicy", False),
+    ("KillPolicy", "grace_period"): ("DurationInfo", False),
     ("Call.Acknowledge", "agent_id"): ("AgentID", False),
     ("Call.Acknowledge", "task_id"): ("TaskID", False),
     ("Call.Reconcile", "tasks"): ("Call.Reconcile.Task", True),
@@ -85,6 +87,7 @@ TYPES: dict[tuple[str, str], tuple[str, bool]] = {
     ("TaskInfo", "agent_id"): ("AgentID", False),
     ("TaskInfo", "resources"): ("Resource", True),
     ("TaskInfo", "command"): ("CommandInfo", False),
+    ("TaskInfo", "kill_policy"): ("KillPolicy", False),
     ("CommandInfo", "uris"): ("CommandInfo.URI", True),
     ("CommandInfo", "environment"): ("Environment", False),
     ("CommandInfo", "arguments"): (STRING, True),
@@ -325,8 +328,10 @@ def test_the_backend_hands_the_driver_proto_shaped_messages(case: str, tmp_path:
     assert sorted(t["task_id"]["value"] for t in again[0]) == ["p.1", "p.2"]
     assert [wire_errors(t, "Call.Reconcile.Task") for t in again[0]] == [[], []]
     (kill,) = driver.named("killTask")
-    assert kill == ({"value": "p.1"}, {"value": "a1"})
+    assert kill == ({"value": "p.1"}, {"value": "a1"},
+                    {"grace_period": {"nanoseconds": 5_000_000_000}})  # fmt: skip
     assert wire_errors(kill[0], "TaskID") == wire_errors(kill[1], "AgentID") == []
+    assert wire_errors(kill[2], "KillPolicy") == []
 
 
 # ---- every call pymesos posts to the test master ------------------------------------------
@@ -430,7 +435,6 @@ def test_every_call_the_broker_makes_has_the_proto_shape(tmp_path: Path) -> None
         for t in op["launch"]["task_infos"]
     ]  # fmt: skip
     assert sorted(launched) == ["pi.1", "pi.2", "pi.3", "pi.4"]  # no launch lost or repeated
-
 
 
 def recording_driver_factory(calls: list[tuple[str, Any, int]]) -> Callable[..., Any]:

@@ -367,3 +367,28 @@ def test_reclaim_properties(case: dict) -> None:
         for _, b, a in placements:
             if a == agent:
                 assert cluster.eligible[index[b], i]
+
+
+def test_hold_room_keeps_the_victim_off_that_agent_for_the_grace_and_the_hold() -> None:
+    """The victim is refused the agent its executor was reclaimed from until now + grace +
+    max(10 s, 3 intervals): the freed room cannot go straight back to it."""
+    from allocator.engine import Engine
+    from allocator.engine_config import EngineConfig
+    from allocator.reclaim import Reclaim, hold_room
+
+    engine = Engine(("cpus", "mem"), EngineConfig("rpsdsf"))
+    engine.add_agent("s", {"cpus": 4, "mem": 4})
+    engine.register("v", {"cpus": 1, "mem": 1}, target=4)
+    engine.register("b", {"cpus": 1, "mem": 1}, target=4)
+    decision = Reclaim(
+        executor="1", victim="v", agent="s", beneficiary="b", placement=0,
+        victim_executors=4, victim_fair_share=2, beneficiary_executors=0,
+        beneficiary_fair_share=2,
+    )  # fmt: skip
+    hold_room(engine, decision, now=100.0, grace=30.0, interval=1.0)
+    assert engine.filters == {("v", "s"): 140.0}
+    hold_room(engine, decision, now=100.0, grace=0.0, interval=5.0)  # 3 runs of 5 s
+    assert engine.filters == {("v", "s"): 140.0}  # the longer filter is kept
+    engine.filters.clear()
+    hold_room(engine, decision, now=100.0, grace=0.0, interval=5.0)
+    assert engine.filters == {("v", "s"): 115.0}

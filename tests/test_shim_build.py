@@ -152,11 +152,13 @@ def stub_broker(answer=None) -> Iterator[StubBroker]:
 
 
 @contextlib.contextmanager
-def process_group(argv: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
+def process_group(
+    argv: list[str], env: dict[str, str], log: Path, cwd: Path | None = None
+) -> Iterator[subprocess.Popen]:
     """A subprocess in its own process group, killed with its children on the way out."""
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd
         )
         try:
             yield process
@@ -330,3 +332,114 @@ def test_submitted_driver_registers_heartbeats_and_unregisters(jar: Path, tmp_pa
         ("SetTarget", {"tenantId": tenant, "total": 0}),
         ("Unregister", {"tenantId": tenant}),
     ]
+
+
+# ---- reclaim: executors the broker lists as leaving are decommissioned --------------------
+
+# Waits for two executors, runs a job on them, says READY, then holds until released and
+# prints how many executors it has left.
+LEAVING_APP = """
+import os, sys, time
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.appName("fb-leaving-test").getOrCreate()
+sc = spark.sparkContext
+ready, release = sys.argv[1], sys.argv[2]
+deadline = time.time() + 240
+def executors():
+    return len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1  # minus the driver
+while executors() < 2 and time.time() < deadline:
+    time.sleep(0.2)
+print("SUM", sc.parallelize(range(8), 4).sum(), flush=True)
+open(ready, "w").close()
+while not os.path.exists(release) and time.time() < deadline:
+    time.sleep(0.2)
+print("EXECUTORS", executors(), flush=True)
+spark.stop()
+"""
+
+# Heartbeat replies a confused or hostile broker might send: none names a live executor of
+# the driver in a form the plugin may act on ("1" comes after the first 1024 entries, or as
+# a number, or inside something else, or padded).
+HOSTILE_REPLIES: list[dict[str, Any]] = [
+    {"leaving": "1"},
+    {"leaving": {"0": "1"}},
+    {"leaving": None},
+    {"leaving": [1, None, True, 1.0, {"id": "1"}, ["1"]]},
+    {"leaving": ["x"] * 1024 + ["1"]},
+    {"leaving": [" 1", "1 ", "01", "1\u0000", "a" * 100_000, "99", "app-other.1"]},
+    {"leaving": [f"e{i}" for i in range(50_000)]},
+]
+
+
+def test_leaving_executors_are_decommissioned_once_and_garbage_is_ignored(
+    jar: Path, tmp_path: Path
+) -> None:
+    """The broker's heartbeat reply lists executors it reclaims: the plugin decommissions
+    each live one once (Spark then lets it finish and exit by itself, exit code 0), leaves
+    the others alone, and survives any garbage in the list."""
+    from allocator.backends.base import LaunchSpec
+    from allocator.backends.executor import ExecutorEnvPolicy, executor_launch
+
+    reply: dict[str, Any] = {}  # the current heartbeat reply
+    served: list[dict[str, Any]] = []
+
+    def answer(method: str, body: dict[str, Any]) -> Reply | None:
+        if method == "Register":
+            return 200, {"tenantId": body["tenantId"], "leaseSeconds": 30}
+        if method == "Heartbeat":
+            current = reply.get("next", {})
+            served.append(current)
+            return 200, current
+        return None
+
+    ready, release = tmp_path / "ready", tmp_path / "release"
+    app = tmp_path / "app.py"
+    app.write_text(LEAVING_APP)
+    home = build.default_spark_home()
+    with stub_broker(answer) as stub, contextlib.ExitStack() as stack:
+        plan = spark_submit_command(
+            ["--executor-memory", "512m", "--num-executors", "2", str(app), str(ready),
+             str(release)],
+            broker=stub.address,
+            conf={"spark.ui.enabled": "false", "spark.fairbroker.heartbeatInterval": "300ms"},
+        )  # fmt: skip
+        driver = stack.enter_context(process_group(plan.argv, plan.env, tmp_path / "driver.log"))
+        wait_for(lambda: stub.bodies("Register"), 180, "the driver to register", every=0.2)
+        launch = stub.bodies("Register")[0]["launch"]
+        executors = {}
+        for executor_id in ("1", "2"):
+            spec = LaunchSpec(
+                "t", executor_id, "local", {}, launch["driverUrl"], launch["appId"],
+                launch["cores"], launch["heapMib"], environment=launch["environment"],
+            )  # fmt: skip
+            command = executor_launch(
+                spec, spark_class=str(home / "bin" / "spark-class"), hostname="127.0.0.1",
+                policy=ExecutorEnvPolicy(), inherited=os.environ,
+                backend_env={"SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1"},
+            )  # fmt: skip
+            workdir = tmp_path / f"executor-{executor_id}"  # where it fetches the app's jars
+            workdir.mkdir()
+            executors[executor_id] = stack.enter_context(process_group(
+                command.argv, command.environment, workdir / "log", cwd=workdir
+            ))  # fmt: skip
+        wait_for(ready.exists, 240, "two executors to run a job", every=0.2)
+
+        for hostile in HOSTILE_REPLIES:
+            reply["next"] = hostile
+            seen = len(served)
+            wait_for(lambda s=seen: len(served) >= s + 2, 30, "two heartbeats", every=0.05)
+        assert [e.poll() for e in executors.values()] == [None, None]
+
+        reply["next"] = {"leaving": ["99", "1", "1", 7]}  # in every heartbeat, as the broker
+        assert executors["1"].wait(timeout=90) == 0  # decommissioned: it leaves by itself
+        assert executors["2"].poll() is None
+        seen = len(served)
+        wait_for(lambda: len(served) >= seen + 3, 30, "more heartbeats", every=0.05)
+        reply["next"] = {}
+        release.touch()
+        assert driver.wait(timeout=120) == 0
+    output = (tmp_path / "driver.log").read_text(errors="replace")
+    assert "SUM 28" in output and "EXECUTORS 1" in output, output[-3000:]
+    # one decommission for all the heartbeats that listed it
+    assert output.count("fairbroker: the broker reclaims executors [1]: decommissioning [1]") == 1
+    assert "Exception" not in output.split("SUM 28", 1)[1], output[-3000:]

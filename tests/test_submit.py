@@ -135,6 +135,45 @@ def test_properties_file_counts(tmp_path) -> None:
     assert plan.demand.vector() == {"cpus": 4, "mem": 3072 + 384}
 
 
+DECOMMISSION = {
+    "spark.decommission.enabled": "true",
+    "spark.storage.decommission.enabled": "true",
+    "spark.storage.decommission.shuffleBlocks.enabled": "true",
+    "spark.storage.decommission.rddBlocks.enabled": "true",
+}
+
+
+def test_decommissioning_is_on_unless_the_user_says_otherwise(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reclaimed executors are decommissioned (docs/reclaim.md): the wrapper turns Spark's
+    decommissioning and block migration on, and never overrides a user's own setting of a
+    key, wherever it was made."""
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "no-conf"))
+    plain = conf_args(spark_submit_command(["app.py"], broker=BROKER).argv)
+    assert {k: plain.get(k) for k in DECOMMISSION} == DECOMMISSION
+    props = tmp_path / "spark.conf"
+    props.write_text("spark.storage.decommission.rddBlocks.enabled false\n")
+    defaults = tmp_path / "conf"
+    defaults.mkdir()
+    (defaults / "spark-defaults.conf").write_text("spark.storage.decommission.enabled=false\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(defaults))
+    plan = spark_submit_command(
+        ["--properties-file", str(props), "--conf", "spark.decommission.enabled=false",
+         "app.py"],
+        broker=BROKER,
+        conf={"spark.storage.decommission.shuffleBlocks.enabled": "false"},
+    )  # fmt: skip
+    argv = plan.argv
+    # each user setting appears once, as the user gave it; none of ours is added
+    assert argv.count("spark.decommission.enabled=false") == 1
+    assert "spark.decommission.enabled=true" not in argv
+    assert argv.count("spark.storage.decommission.shuffleBlocks.enabled=false") == 1
+    assert not any(a.startswith("spark.storage.decommission.enabled=") for a in argv)
+    assert not any(a.startswith("spark.storage.decommission.rddBlocks.") for a in argv)
+    assert "spark.storage.decommission.shuffleBlocks.enabled=true" not in argv
+
+
 @pytest.mark.parametrize(
     ("args", "broker", "message"),
     [
@@ -242,6 +281,11 @@ def test_configure_session(monkeypatch: pytest.MonkeyPatch) -> None:
     assert os.environ["PYSPARK_PYTHON"] == sys.executable
     kept = configure_session(FakeBuilder({"spark.driver.host": "10.0.0.9"}), "h:1")
     assert kept._options["spark.driver.host"] == "10.0.0.9"
+    for key, value in DECOMMISSION.items():
+        assert builder._options[key] == value
+    off = configure_session(FakeBuilder({"spark.decommission.enabled": "false"}), "h:1")
+    assert off._options["spark.decommission.enabled"] == "false"
+    assert off._options["spark.storage.decommission.enabled"] == "true"
 
 
 def test_driver_host_is_loopback_only_for_a_loopback_broker(monkeypatch) -> None:

@@ -41,7 +41,7 @@ from allocator.engine import Engine
 from allocator.engine_config import EngineConfig
 from allocator.fair_share import FairShare, FairShareCache
 from allocator.model import Cluster
-from allocator.reclaim import Reclaim, RunningExecutor, select_reclaims
+from allocator.reclaim import Reclaim, RunningExecutor, hold_room, select_reclaims
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +219,7 @@ class Reclaimer:
         for decision in decisions:
             if not self._ask_to_leave(tenants[decision.victim], decision, now, config):
                 break  # the store refused: nothing more this run
+            hold_room(engine, decision, now, config.reclaim_grace, config.interval)
             made.append(decision)
         return made
 

@@ -16,7 +16,7 @@ from allocator.cli.option_types import ADMISSION_OPTION, DefaultInHelp, FiniteFl
 from allocator.cli.outputs import check_output_file, check_stdout, plot_suffixes
 
 #: Options that exist for one scenario kind only; given for the other, they are an error.
-BATCH_ONLY = ("admission",)
+BATCH_ONLY = ("admission", "explain_at")
 TRACE_ONLY = ("horizon", "slots_per_server")
 
 
@@ -53,6 +53,11 @@ TRACE_ONLY = ("horizon", "slots_per_server")
     help="Write the allocation time series to this CSV (the live batch's allocation.csv "
     "columns; the first seed); with --compare one file per run, NAME-SCHEDULER-MODE.csv.",
 )  # fmt: skip
+@click.option(
+    "--explain", "explain_at", default=None, metavar="TENANT@TIME",
+    help="Batches: instead of the run's results, why job TENANT waits at simulated second "
+    "TIME (as `fairbroker explain` answers a live broker); with --json as JSON.",
+)  # fmt: skip
 @click.pass_context
 def sim(ctx: click.Context, scenario: str, engine, seeds: int, compare: bool, **options) -> None:
     """Simulate a job batch or a trace (SCENARIO) in virtual time through the online engine."""
@@ -65,6 +70,9 @@ def sim(ctx: click.Context, scenario: str, engine, seeds: int, compare: bool, **
         check_output_file(options["series"], "--series")
     kind = scenario_kind(scenario)
     _refuse_other_kind(ctx, BATCH_ONLY if kind == "trace" else TRACE_ONLY, kind)
+    if options["explain_at"] is not None:
+        _explain(scenario, engine, options, compare or seeds > 1)
+        return
     quiet = options["quiet"] or options["as_json"] or not sys.stderr.isatty()
     if kind == "trace":
         runs = _trace_runs(scenario, engine, seeds, compare, options, quiet)
@@ -92,8 +100,37 @@ def sim(ctx: click.Context, scenario: str, engine, seeds: int, compare: bool, **
                    f"(fluid {b['bound_fluid_s']:.1f} s: capacity only; chain "
                    f"{b['bound_chain_s']:.1f} s: a queue's jobs with their overhead)")  # fmt: skip
     click.echo(_render(kind, list(summaries.values()), seeds))
+    if engine.reclaims:
+        click.echo(_reclaim_lines(list(summaries.values()), engine))
     if options["plot"]:
         click.echo(f"plot written to {options['plot']}")
+
+
+def _explain(scenario: str, engine, options: dict, several: bool) -> None:
+    """`--explain TENANT@TIME` on a batch: one run of the first seed up to TIME."""
+    from allocator.admission import AdmissionConfig
+    from allocator.explain import render
+    from allocator.scenarios.batch import load_batch
+    from allocator.sim.batch_sim import BatchSimulator
+
+    if several:
+        raise click.UsageError("--explain: one run only (no --compare, no --seeds above 1)")
+    tenant, sep, when = str(options["explain_at"]).rpartition("@")
+    try:
+        time = float(when)
+    except ValueError:
+        time = float("nan")
+    if not sep or not tenant or not (time >= 0 and time < float("inf")):
+        raise click.UsageError(f"--explain: expected TENANT@SECONDS, got {options['explain_at']!r}")
+    admission = options["admission"]
+    pool = AdmissionConfig(admission) if admission else None
+    simulator = BatchSimulator(load_batch(scenario), engine, admission=pool)
+    answer = simulator.explain_at(tenant, time)
+    if options["as_json"]:
+        click.echo(json.dumps({"time": simulator.now, **answer.as_dict()}))
+    else:
+        click.echo(f"at {simulator.now:g} s (simulated):")
+        click.echo(render(answer.as_dict()))
 
 
 def _refuse_other_kind(ctx: click.Context, names: tuple[str, ...], kind: str) -> None:
@@ -270,6 +307,20 @@ def _render(kind: str, summaries: list[dict[str, Any]], seeds: int) -> str:
         lines.append(line)
     if kind == "batch":
         lines += _admission_note(summaries)
+    return "\n".join(lines)
+
+
+def _reclaim_lines(summaries: list[dict[str, Any]], engine) -> str:
+    """Per configuration: executors reclaimed and work lost (mean over the seeds)."""
+    lines = [f"reclaim after {engine.reclaim_after:g} s, grace {engine.reclaim_grace:g} s "
+             "(docs/reclaim.md, the simulator's model):"]  # fmt: skip
+    for s in summaries:
+        runs = [r["reclaim"] for r in s.get("runs", [s])]
+        executors = sum(r["executors"] for r in runs) / len(runs)
+        lost = sum(r["work_lost_s"] for r in runs) / len(runs)
+        per_seed = " per seed" if len(runs) > 1 else ""
+        lines.append(f"  {s['scheduler']}/{s['mode']}: {executors:g} executors reclaimed, "
+                     f"{lost:.1f} executor-s of work lost{per_seed}")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -11,7 +11,7 @@ groups:
     demand: {cpus: 2, mem: 2048} # per executor; or `spark:` with a Spark conf
     executors: 64                # executors each job asks for (default: from the conf)
     job: {work: 400, startup_s: 5, executor_start_s: 3, serial_s: 2, release_spread_s: 2,
-          jitter: {work: 0.2, executor_start_s: 0, random_release: true}}
+          task_s: 10, jitter: {work: 0.2, executor_start_s: 0, random_release: true}}
     app: {kind: pi, partitions: 8, samples: 200000}   # what a live run submits
 ```
 
@@ -61,6 +61,9 @@ class JobModel:
     executor_start_s: float = 3.0
     serial_s: float = 2.0
     release_spread_s: float = 2.0
+    #: One Spark task's length on one executor: what a reclaimed executor killed mid-task
+    #: loses (the simulator's reclaim, docs/reclaim.md); nothing else reads it.
+    task_s: float = 10.0
 
     def duration(self, executors: int) -> float:
         """T(n) with a constant allocation of n executors from the start."""
@@ -95,6 +98,7 @@ class JobSpec(BaseModel):
     executor_start_s: float = Field(default=3.0, ge=0, allow_inf_nan=False)
     serial_s: float = Field(default=2.0, ge=0, allow_inf_nan=False)
     release_spread_s: float = Field(default=2.0, ge=0, allow_inf_nan=False)
+    task_s: float = Field(default=10.0, gt=0, allow_inf_nan=False)
     jitter: JitterSpec = JitterSpec()
 
     def model(self) -> JobModel:

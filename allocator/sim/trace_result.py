@@ -54,6 +54,8 @@ class TraceResult:
     slots_per_server: int | None = None
     slot_occupancy: float | None = None
     notes: list[str] = field(default_factory=list)
+    reclaim: dict[str, object] | None = None  # tasks reclaimed, work lost (trace_reclaim)
+    engine_config: dict[str, object] | None = None  # written with a reclaim's results
 
     def users_complete(self) -> int:
         """Users that submitted tasks and saw every one of them complete."""
@@ -121,6 +123,9 @@ class TraceResult:
             out["slot_occupancy"] = round(self.slot_occupancy or 0.0, 4)
         if self.notes:
             out["notes"] = self.notes
+        if self.reclaim is not None:  # (outputs without reclaim stay as they were)
+            out["reclaim"] = self.reclaim
+            out["engine"] = self.engine_config
         if series if series is not None else len(self.users) <= 20:
             out["series"] = self.series_json()
         return out

@@ -30,6 +30,7 @@ from allocator.engine_config import EngineConfig
 from allocator.errors import ScenarioError
 from allocator.policy.slots import DEFAULT_SLOTS_PER_SERVER, SLOTS, Slots, with_slots
 from allocator.scenarios.trace import TraceWorkload, load_trace, parse_trace
+from allocator.sim.trace_reclaim import KILL, TASK_DONE, TraceReclaim
 from allocator.sim.trace_result import TraceResult
 from allocator.sim.trace_series import TraceSeries
 
@@ -59,6 +60,10 @@ class _Durations:
             self.chunks.append([durations, 0])
         else:
             self.chunks.append([rng, tasks, low, high])
+
+    def put_back(self, duration: float) -> None:
+        """A killed task's duration, first in line again (reclaim)."""
+        self.chunks.appendleft([np.array([duration]), 0])
 
     def take(self, count: int) -> list[float]:
         out: list[float] = []
@@ -154,6 +159,7 @@ class TraceSimulator:
         self.slot_integral = 0.0
         self._events: list[tuple[float, int, int, int, int]] = []
         self._seq = itertools.count()
+        self.reclaim = TraceReclaim(self) if self.config.reclaims else None
 
     def _at(self, time: float, kind: int, a: int = 0, b: int = 0) -> None:
         heapq.heappush(self._events, (time, next(self._seq), kind, a, b))
@@ -245,6 +251,8 @@ class TraceSimulator:
                     self.agent_used[self.agent_index[agent]] -= tasks * self.demand[g]
             self.registered[g] = False
             self.gone[g] = True
+            if self.reclaim is not None:
+                self.reclaim.left(g)
             series.used -= self.running[g] * self.demand_real[g]
             self.pending -= self.unfinished[g] - self.running[g]
             self.tasks_dropped += self.unfinished[g]
@@ -289,6 +297,10 @@ class TraceSimulator:
                 self.slot_busy += tasks
             if self.agent_used is not None:
                 self._audit_grant(g, agent, tasks)
+            if self.reclaim is not None:
+                for duration in self.queues[g].take(tasks):
+                    self.reclaim.launch(g, agent, duration)
+                continue
             for duration in self.queues[g].take(tasks):
                 heapq.heappush(heap, (now + duration, next(seq), _FINISH, g, agent))
         series.changed()
@@ -340,10 +352,16 @@ class TraceSimulator:
                     self._arrive(a)
                 elif kind == _AGENT:
                     self._add_agent(a)
+                elif kind == TASK_DONE:
+                    self.reclaim.done(a)  # type: ignore[union-attr]
+                elif kind == KILL:
+                    self.reclaim.kill(a)  # type: ignore[union-attr]
                 else:
                     self._leave(a)
             if ticked or engine.run_now:
                 self._allocate()  # the engine skips a run that could grant nothing
+                if self.reclaim is not None:
+                    self.reclaim.run(now)
             if ticked:
                 series.tick()
                 if not heap and self.pending == 0 and horizon == math.inf:
@@ -401,6 +419,8 @@ class TraceSimulator:
             slots_per_server=self.slots_per_server,
             slot_occupancy=occupancy,
             notes=list(w.notes),
+            reclaim=None if self.reclaim is None else self.reclaim.to_json(),
+            engine_config=self.engine.config.to_json(),
         )
 
 

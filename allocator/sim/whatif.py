@@ -41,6 +41,8 @@ class Config:
     jct_p95: dict[str, list[float]] = field(default_factory=dict)
     allocated: dict[str, list[float]] = field(default_factory=dict)
     fairness: list[float] = field(default_factory=list)
+    reclaimed: list[float] = field(default_factory=list)  # with reclaim: executors per seed
+    work_lost: list[float] = field(default_factory=list)  # and executor-seconds lost
     series: tuple[np.ndarray, np.ndarray] | None = None  # first seed: times, (T, R) fractions
 
     @property
@@ -58,6 +60,9 @@ class Config:
         for r, v in result.series.time_average().items():
             self.allocated.setdefault(r, []).append(v)
         self.fairness.append(result.series.mean_fairness())
+        if result.reclaims:
+            self.reclaimed.append(float(sum(j.reclaimed for j in result.jobs)))
+            self.work_lost.append(sum(j.work_lost for j in result.jobs))
         if self.series is None:
             self.series = (np.array(result.series.times), np.array(result.series.allocated))
 
@@ -123,6 +128,8 @@ class Report:
         head = ["rank", "scheduler", "mode", "makespan s", "vs fastest"]
         head += [f"{g} JCT mean s" for g in groups] + [f"{g} JCT p95 s" for g in groups]
         head += [f"{r} %" for r in self.resources] + ["fairness"]
+        reclaims = bool(self.configs[0].reclaimed)
+        head += ["reclaimed", "work lost s"] if reclaims else []
         rows = []
         for rank, (c, p) in enumerate(self.against_best(), start=1):
             if p is None:
@@ -135,6 +142,8 @@ class Report:
             row += [estimate(c.jct_p95[g]).fmt(1) for g in groups]
             row += [_pct(estimate(c.allocated[r])) for r in self.resources]
             row.append(estimate(c.fairness).fmt(3))
+            if reclaims:
+                row += [estimate(c.reclaimed).fmt(1), estimate(c.work_lost).fmt(1)]
             rows.append(row)
         lines = [
             f"{self.scenario}: {len(self.configs)} configurations x {self.seed_range()}, "
@@ -172,7 +181,8 @@ class Report:
                 "jct_p95_s": {g: est(v) for g, v in c.jct_p95.items()},
                 "allocated": {r: est(v) for r, v in c.allocated.items()},
                 "fairness": est(c.fairness),
-            })  # fmt: skip
+            } | ({"reclaimed": est(c.reclaimed), "work_lost_s": est(c.work_lost)}
+                 if c.reclaimed else {}))  # fmt: skip
         return {
             "scenario": self.scenario,
             "seeds": self.seeds,

@@ -55,10 +55,15 @@ def pymesos_driver(scheduler: Any, framework: dict, options: MesosOptions) -> An
                 thread.join(timeout)
             return thread is None or not thread.is_alive()
 
-        def killTask(self, task_id: dict, agent_id: dict | None = None) -> None:
-            # pymesos drops the agent id; the master needs it to forward a KILL for a task it
-            # does not know (one of an agent that was removed and came back)
+        def killTask(
+            self, task_id: dict, agent_id: dict | None = None, kill_policy: dict | None = None
+        ) -> None:
+            # pymesos drops the agent id (the master needs it to forward a KILL for a task it
+            # does not know: one of an agent that was removed and came back) and has no
+            # kill_policy (the grace between SIGTERM and SIGKILL)
             kill = {"task_id": task_id} | ({"agent_id": agent_id} if agent_id else {})
+            if kill_policy:
+                kill["kill_policy"] = kill_policy
             self._framework_call("KILL", kill=kill)
 
         def reconcileTasks(self, tasks: list[dict]) -> None:

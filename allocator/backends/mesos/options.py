@@ -16,6 +16,10 @@ ROLE_ATTRIBUTE = "mesos_role"
 HEARTBEAT_SECONDS = 15.0  # the master's fixed interval
 MISSED_HEARTBEATS = 5  # then the connection is considered dead and re-established
 AGENTS_LOOK_S = 15.0  # how often the master's agent list is read (for health, hostnames)
+# SIGTERM to SIGKILL of a killed executor (the KILL's kill_policy): the same gap as the
+# embedded cluster's. A reclaimed executor has had --reclaim-grace to leave before its KILL;
+# this is only its time to shut down (Mesos's own default would be 3 s).
+KILL_GRACE_S = 5.0
 
 
 @dataclass
@@ -35,9 +39,18 @@ class MesosOptions:
     heartbeat_timeout: float = MISSED_HEARTBEATS * HEARTBEAT_SECONDS
     refuse_seconds: float = REFUSE_SECONDS  # the engine's (EngineConfig.refuse_seconds)
     agents_look_seconds: float = AGENTS_LOOK_S  # how often the master's agent list is read
+    kill_grace: float = KILL_GRACE_S  # every KILL's kill_policy.grace_period (seconds)
     state_dir: Path = Path(".fairbroker")
     executor_env: ExecutorEnvPolicy = field(default_factory=ExecutorEnvPolicy)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.kill_grace < float("inf"):
+            raise ValueError(f"kill_grace: must be a finite number >= 0, got {self.kill_grace}")
+
+    def kill_policy(self) -> dict:
+        """The KILL call's `kill_policy`: SIGTERM, then SIGKILL after `kill_grace`."""
+        return {"grace_period": {"nanoseconds": round(self.kill_grace * 1e9)}}
 
     @property
     def several_roles(self) -> bool:

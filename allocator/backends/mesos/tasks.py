@@ -74,7 +74,10 @@ def task_info(
         for name, value in sorted(spec.resources.items())
         if value > 0
     ]
-    value = shlex.join(command.argv)
+    # exec: the executor (spark-class execs the JVM) is the task's process, not a child of
+    # `sh -c`, so the KILL's SIGTERM reaches it and the grace before SIGKILL is its own (a
+    # shell in between would die at once and end the task while the JVM shuts down)
+    value = "exec " + shlex.join(command.argv)
     uris = []
     if options.spark_uri:
         # as Spark's own Mesos backend does: the tarball unpacks to <basename>*/ in the
@@ -87,6 +90,9 @@ def task_info(
         "task_id": {"value": task_id},
         "agent_id": {"value": agent_id},
         "resources": resources,
+        # The grace of kills by the agent's v0 command executor (Mesos's default,
+        # --http_command_executor=false), which drops a KILL call's own kill_policy.
+        "kill_policy": options.kill_policy(),
         "command": {
             "shell": True,
             "value": value,
@@ -157,15 +163,19 @@ class TaskBook:
             self.kills.add(task_id)  # until the task's terminal update arrives
             self._kill(task_id, task.agent_id)
 
-    def _kill(self, task_id: str, agent_id: str) -> bool:
-        return self._call("killTask", {"value": task_id}, {"value": agent_id})
+    def _kill(self, task_id: str, agent_id: str | None) -> bool:
+        """KILL with the options' kill_policy (as the TaskInfo's, for executors that honour
+        only that one): the executor gets SIGTERM, then SIGKILL after the grace. TASK_KILLED
+        maps to KILLED, never to a failure."""
+        agent = {"value": agent_id} if agent_id else None
+        return self._call("killTask", {"value": task_id}, agent, self.options.kill_policy())
 
     def kill_abandoned(self, specs: list[LaunchSpec]) -> None:
         """Kill the tasks of executors the broker abandoned at recovery (again once
         subscribed, as the driver may not be connected yet)."""
         self.abandoned.update(task_id_of(spec.tenant_id, spec.executor_id) for spec in specs)
         for task_id in self.abandoned:
-            self._call("killTask", {"value": task_id})
+            self._kill(task_id, None)
 
     def kill_orphans(self, agent_id: str) -> None:
         """The agent is seen again: kill the executors given up with it."""
@@ -184,7 +194,7 @@ class TaskBook:
             if task is not None:
                 self._kill(task_id, task.agent_id)
         for task_id in sorted(self.abandoned):
-            self._call("killTask", {"value": task_id})
+            self._kill(task_id, None)
 
     def reconcile_due(self, now: float) -> bool:
         return bool(self.unconfirmed) and now >= self.next_reconcile[0]

@@ -1,11 +1,14 @@
 package fairbroker.spark;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import java.io.IOException;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -16,10 +19,12 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.spark.SparkContext;
 import org.apache.spark.resource.ResourceProfile;
+import org.apache.spark.scheduler.ExecutorDecommissionInfo;
 import org.apache.spark.scheduler.TaskSchedulerImpl;
 import org.apache.spark.scheduler.cluster.CoarseGrainedSchedulerBackend;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import scala.Tuple2;
 import scala.concurrent.Future;
 import scala.concurrent.Future$;
 
@@ -30,6 +35,10 @@ import scala.concurrent.Future$;
  *
  * <p>HTTP calls never run on Spark's threads: requests go through one ordered worker thread,
  * heartbeats through another. A broker that is down is retried with backoff and only logged.
+ *
+ * <p>Reclaim: each heartbeat reply lists the tenant's executors the broker is reclaiming
+ * ({@code leaving}); each is decommissioned once (Spark 3.1+), so it takes no new tasks,
+ * finishes or hands back its running ones and migrates its blocks before the broker kills it.
  */
 public class BrokerSchedulerBackend extends CoarseGrainedSchedulerBackend {
   private static final Logger LOG = LoggerFactory.getLogger(BrokerSchedulerBackend.class);
@@ -38,6 +47,10 @@ public class BrokerSchedulerBackend extends CoarseGrainedSchedulerBackend {
   private static final long MAX_BACKOFF_MS = 30_000;
   private static final long MAX_HEARTBEAT_BACKOFF_MS = 10_000;
   private static final int KILL_ATTEMPTS = 5;
+  // A reply's leaving list is read up to this many entries, each id up to this length: the
+  // broker's list is repeated every heartbeat, so whatever is cut off now comes again later.
+  static final int MAX_LEAVING = 1024;
+  static final int MAX_EXECUTOR_ID = 64;
 
   private final BrokerClient client;
   private final Registration registration;
@@ -53,6 +66,10 @@ public class BrokerSchedulerBackend extends CoarseGrainedSchedulerBackend {
   private volatile boolean everRegistered;
   private volatile boolean stopping;
   private int heartbeatFailures;
+  // Executors already decommissioned at the broker's request (heartbeat thread only).
+  private final Set<String> decommissioned = new HashSet<>();
+  private boolean decommissionUnavailable;
+  private final boolean decommissionEnabled;
 
   public BrokerSchedulerBackend(TaskSchedulerImpl scheduler, SparkContext sc, String masterUrl) {
     super(scheduler, sc.env().rpcEnv());
@@ -62,6 +79,7 @@ public class BrokerSchedulerBackend extends CoarseGrainedSchedulerBackend {
     configuredHeartbeatMs =
         Math.max(100, sc.conf().getTimeAsMs("spark.fairbroker.heartbeatInterval", "2s"));
     heartbeatMs = configuredHeartbeatMs;
+    decommissionEnabled = sc.conf().getBoolean("spark.decommission.enabled", false);
     target.set(registration.initialExecutors);
   }
 
@@ -276,6 +294,8 @@ public class BrokerSchedulerBackend extends CoarseGrainedSchedulerBackend {
             queueRegister();
           } else if (!reply.ok()) {
             LOG.warn("fairbroker: heartbeat refused: {}", reply.error());
+          } else {
+            leave(reply.body);
           }
         }
       }
@@ -295,6 +315,68 @@ public class BrokerSchedulerBackend extends CoarseGrainedSchedulerBackend {
                 heartbeatMs, Math.min(MAX_HEARTBEAT_BACKOFF_MS, backoffMs(heartbeatFailures)));
     if (!stopping) {
       heartbeats.schedule(this::heartbeat, delay, TimeUnit.MILLISECONDS);
+    }
+  }
+
+  /**
+   * Decommissions the executors a heartbeat reply lists as leaving, each once. Ids that are
+   * not a live executor of this driver (another application's, already gone, not registered
+   * yet) are skipped; one not registered yet is decommissioned by a later heartbeat.
+   */
+  private void leave(JsonNode reply) {
+    if (decommissionUnavailable) {
+      return;
+    }
+    JsonNode leaving = reply == null ? null : reply.get("leaving");
+    if (leaving == null || !leaving.isArray()) {
+      decommissioned.clear();  // protobuf JSON leaves an empty list out
+      return;
+    }
+    Set<String> listed = new HashSet<>();
+    List<String> fresh = new ArrayList<>();
+    for (int i = 0; i < leaving.size() && i < MAX_LEAVING; i++) {
+      JsonNode item = leaving.get(i);
+      if (item == null || !item.isTextual()) {
+        continue;
+      }
+      String id = item.asText();
+      if (id.isEmpty() || id.length() > MAX_EXECUTOR_ID || !listed.add(id)) {
+        continue;
+      }
+      if (!decommissioned.contains(id) && isExecutorActive(id)) {
+        fresh.add(id);
+      }
+    }
+    decommissioned.retainAll(listed);  // bounded: only ids the broker still lists
+    if (fresh.isEmpty()) {
+      return;
+    }
+    if (!decommissionEnabled) {
+      LOG.warn("fairbroker: spark.decommission.enabled is false: executors {} take no new "
+          + "tasks, but their running tasks are lost when the broker kills them", fresh);
+    }
+    @SuppressWarnings("unchecked")
+    Tuple2<String, ExecutorDecommissionInfo>[] requests = new Tuple2[fresh.size()];
+    for (int i = 0; i < fresh.size(); i++) {
+      requests[i] = new Tuple2<>(fresh.get(i), new ExecutorDecommissionInfo(
+          "reclaimed by the fairbroker broker", scala.Option.<String>empty()));
+    }
+    try {
+      // Spark keeps its target (adjustTargetNumExecutors = false): the tenant still wants
+      // the executors, and the broker serves it again when its fair share allows.
+      scala.collection.Seq<String> done = decommissionExecutors(requests, false, false);
+      List<String> started = new ArrayList<>();
+      scala.collection.Iterator<String> it = done.iterator();
+      while (it.hasNext()) {
+        started.add(it.next());
+      }
+      decommissioned.addAll(started);
+      LOG.info("fairbroker: the broker reclaims executors {}: decommissioning {}", fresh,
+          started);
+    } catch (LinkageError e) {
+      decommissionUnavailable = true;  // Spark before 3.1: the broker's kill is all there is
+      LOG.warn("fairbroker: this Spark cannot decommission executors ({}); reclaimed "
+          + "executors are killed after the broker's grace", e.toString());
     }
   }
 
