@@ -250,11 +250,10 @@ class Subscription:
         master = getattr(self.driver, "master", None)
         if not master:
             return None
-        auth = (
-            (self.options.principal, self.options.secret or "") if self.options.principal else None
-        )
         try:
-            answer = requests.get(f"http://{master}/master/slaves", timeout=10, auth=auth)
+            answer = requests.get(
+                f"http://{master}/master/slaves", timeout=10, auth=self.options.http_auth
+            )
             answer.raise_for_status()
             return answer.json().get("slaves", [])
         except (requests.RequestException, ValueError) as error:
@@ -310,13 +309,12 @@ class Subscription:
         """The master's /master/state lists the framework as completed, or not at all."""
         if not master:
             return False
-        auth = (
-            (self.options.principal, self.options.secret or "") if self.options.principal else None
-        )
         deadline = time.monotonic() + TEARDOWN_CONFIRM_S
         while True:
             try:
-                answer = requests.get(f"http://{master}/master/state", timeout=5, auth=auth)
+                answer = requests.get(
+                    f"http://{master}/master/state", timeout=5, auth=self.options.http_auth
+                )
                 answer.raise_for_status()
                 live = {f.get("id") for f in answer.json().get("frameworks", [])}
                 if framework_id not in live:

@@ -53,6 +53,11 @@ class MesosOptions:
         return {"grace_period": {"nanoseconds": round(self.kill_grace * 1e9)}}
 
     @property
+    def http_auth(self) -> tuple[str, str] | None:
+        """HTTP basic credentials for the master's endpoints (None without a principal)."""
+        return (self.principal, self.secret or "") if self.principal else None
+
+    @property
     def several_roles(self) -> bool:
         return len(self.roles) > 1
 
