@@ -199,3 +199,18 @@ def test_cache_recomputes_only_when_the_inputs_change() -> None:
     engine.set_target("f2", UNLIMITED)
     assert placed(cache.get(engine)) == BFDRF
     assert cache.computed == 3
+
+
+@pytest.mark.parametrize("name", ["drf", "psdsf", "rpsdsf", "tsf", "bfdrf"])
+@pytest.mark.parametrize("level", ["framework", "role"])
+def test_no_framework_yet_has_an_empty_fair_share(name: str, level: str) -> None:
+    """A broker's agents arrive before any tenant registers: the fair share is empty, not an
+    error (BF-DRF's selector took the argmin of an empty array), and a tenant registered
+    then gone leaves it empty again."""
+    engine = Engine(("cpus", "mem"), EngineConfig.mesos(name, level=level))
+    engine.add_agent("a", {"cpus": 4, "mem": 4096})
+    assert fair_shares(engine).as_dict() == {}
+    engine.register("f", {"cpus": 1, "mem": 512}, target=2)
+    assert fair_shares(engine).as_dict() == {"f": 2}
+    engine.unregister("f")
+    assert fair_shares(engine).as_dict() == {}

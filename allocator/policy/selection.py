@@ -264,6 +264,8 @@ class FrameworkFirst(Selector):
             if values is None:  # the state does not change within one call
                 values = self.criterion.values(state)
             masked = np.where(candidates, values, np.inf)
+            if not masked.size:  # no framework slot at all (a broker before any Register)
+                return None
             low = masked[masked.argmin()]
             if low < np.inf:
                 tied = (masked <= low + RELATIVE_TIE * max(1.0, abs(low))).nonzero()[0]
