@@ -59,9 +59,11 @@ mesos:
 	$(if $(MESOS_INSTALL),$(MESOS_INSTALL) $(CURDIR)/.mesos >/dev/null,\
 		@echo "no Mesos build in ../shared/mesos or MESOS_HOME: the real-master tests will skip")
 
+# Two pytest workers (pytest-xdist, each test to whichever is free): most of the real-component
+# tests wait on Spark, Mesos or a subprocess, so two at once keep the 2-core machine busy.
 test: install system-deps deploy-tools mesos
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n 2 --dist worksteal
 
 # The inner loop: everything but the tests of real components (`live` marker, tests/conftest.py),
 # one pytest worker per core (pytest-xdist).

@@ -34,8 +34,21 @@ def master(tmp_path: Path):
             os.killpg(pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("mode", ["characterized", "oblivious"])
-@pytest.mark.parametrize("scheduler", PAPER_SCHEDULERS)
+# Every scheduler once and both modes in `make test` (DRF oblivious is Mesos's default, rPS-DSF
+# characterized the one `make run` shows); the other five pairs in `make test-slow`: the
+# Mesos path is the same code for each scheduler, and each real Spark run costs a minute.
+IN_MAKE_TEST = {("drf", "oblivious"), ("rpsdsf", "characterized"), ("psdsf", "characterized"),
+                ("tsf", "characterized"), ("bfdrf", "oblivious")}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "mode"),
+    [
+        pytest.param(s, m, marks=() if (s, m) in IN_MAKE_TEST else pytest.mark.slow)
+        for s in PAPER_SCHEDULERS
+        for m in ("characterized", "oblivious")
+    ],
+)
 def test_spark_executors_run_as_mesos_tasks(
     tmp_path: Path, master: MesosMaster, scheduler: str, mode: str
 ) -> None:

@@ -7,6 +7,7 @@ import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.net.http.HttpTimeoutException;
 import java.time.Duration;
 import java.util.Map;
 
@@ -91,8 +92,18 @@ final class BrokerClient {
     if (token != null && !token.isEmpty()) {
       request.header("Authorization", "Bearer " + token);
     }
-    HttpResponse<String> response =
-        http.send(request.build(), HttpResponse.BodyHandlers.ofString());
+    HttpResponse<String> response;
+    try {
+      response = http.send(request.build(), HttpResponse.BodyHandlers.ofString());
+    } catch (HttpTimeoutException e) {
+      throw e;
+    } catch (IOException closed) {
+      // A pooled connection the server had just closed (its keep-alive ended while the
+      // request was being sent) fails with no bytes read. Every call of this API may be
+      // repeated (Register with the same id, Heartbeat, SetTarget, Kill, Unregister), so
+      // one more try on a fresh connection; a broker that is really down fails again.
+      response = http.send(request.build(), HttpResponse.BodyHandlers.ofString());
+    }
     JsonNode parsed = null;
     try {
       if (response.body() != null && !response.body().isBlank()) {
