@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from allocator.policy import scheduler
-from allocator.policy.levels import Level, RoleHoldings
+from allocator.policy.levels import Level
+from allocator.policy.ties import RELATIVE_TIE
 
 if TYPE_CHECKING:
     from allocator.engine import Engine
@@ -140,8 +141,7 @@ def explain(
     rank = _rank(
         criterion.name, values, within, servable, n, cluster.framework_names, _why(state, n)
     )
-    role_values = _values(criterion, RoleHoldings.of(state)) if role_level else None
-    waiting = _agent_reasons(engine, state, n, now, rests or {}, criterion, role_values)
+    waiting = _agent_reasons(engine, state, n, now, rests or {}, criterion, role_level)
     share = None if fair_share is None else fair_share.get(framework)
     return Explanation(
         tenant=framework,
@@ -171,30 +171,35 @@ def _rank(
     names: tuple[str, ...],
     detail: str,
 ) -> CriterionRank:
-    """Rank of holder n among the wanting holders (lowest value first; ties: the lower slot,
-    i.e. registered first) and the first of those that can be served now (fits somewhere)."""
+    """Rank of holder n among the wanting holders: 1 + those strictly lower (holders tied
+    with it share its rank: the allocator breaks ties at random, `policy/ties.py`), and the
+    poorest strictly lower holder that can be served now (fits somewhere). Nobody is named
+    for a holder that wants no more."""
     candidates = np.flatnonzero(wanting)
     order = candidates[np.lexsort((candidates, values[candidates]))]
-    rank = int(np.flatnonzero(order == n)[0]) + 1 if wanting[n] else 0
+    below = _below(values, values[n])
+    rank = int((below & wanting).sum()) + 1 if wanting[n] else 0
+    first = next((int(h) for h in order if servable[h] and below[h]), None)
     ahead = None
-    served = [int(h) for h in order if servable[h]]
-    if served and served[0] != n and (not wanting[n] or rank - 1 > order.tolist().index(served[0])):
-        first = served[0]
-        why = (
-            f"{values[first]:.4g} < {values[n]:.4g}"
-            if values[first] < values[n]
-            else f"a tie at {values[n]:.4g}, registered earlier"
-        )
-        ahead = f"{names[first]} ({name} {why})"
+    if first is not None and wanting[n]:
+        ahead = f"{names[first]} ({name} {values[first]:.4g} < {values[n]:.4g})"
     return CriterionRank(name, float(values[n]), detail, rank, int(order.size), ahead)
+
+
+def _below(values: np.ndarray, value: float) -> np.ndarray:
+    """Which values are lower than `value` by more than the allocator's tie margin
+    (`policy.ties.pick_lowest` takes values that close as equal)."""
+    if not np.isfinite(value):
+        return values < value
+    return values < value - RELATIVE_TIE * max(1.0, abs(value))
 
 
 def _role_rank(
     criterion: Any, state: AllocationState, n: int, servable: np.ndarray
 ) -> CriterionRank:
     cluster = state.cluster
-    roles = RoleHoldings.of(state)
-    values = _values(criterion, roles)
+    # as the allocator orders roles (TSF computes its role level from the frameworks')
+    values = np.asarray(criterion.role_column(state), dtype=float)
     wanting = np.zeros(len(cluster.role_names), dtype=bool)
     wanting[cluster.role_of[state.wanting()]] = True
     servable_roles = np.zeros_like(wanting)
@@ -223,7 +228,7 @@ def _agent_reasons(
     now: float,
     rests: Mapping[str, float],
     criterion: Any,
-    role_values: np.ndarray | None,
+    role_level: bool,
 ) -> list[AgentReason]:
     cluster = state.cluster
     name = cluster.framework_names[n]
@@ -243,12 +248,11 @@ def _agent_reasons(
         elif held >= record.target:
             out.append(AgentReason(agent, "limit", f"target {int(record.target)} reached"))
         elif not cluster.eligible[n, i]:  # the snapshot applied a refuse filter that holds
-            until = engine.filters.get((name, agent), now)
-            out.append(AgentReason(agent, "refused", _until("refuse filter", until, now)))
+            out.append(AgentReason(agent, "refused", _refused(engine, name, agent, now)))
         elif not fits[i]:
             out.append(AgentReason(agent, "full", _missing(cluster.resources, demand, state, i)))
         else:
-            poorer = _poorer_here(criterion, state, role_values, n, i)
+            poorer = _poorer_here(criterion, state, role_level, n, i)
             if poorer is not None:
                 out.append(AgentReason(agent, "waiting_turn", poorer))
     return out
@@ -275,26 +279,47 @@ def _missing(resources: tuple[str, ...], demand: np.ndarray, state: AllocationSt
 
 
 def _poorer_here(
-    criterion: Any, state: AllocationState, role_values: np.ndarray | None, n: int, i: int
+    criterion: Any, state: AllocationState, role_level: bool, n: int, i: int
 ) -> str | None:
-    """The framework served before n on agent i: one that wants more and fits there and
-    comes first by (its role's value at role level,) its criterion value at this agent, then
-    the lower slot. None when n would be served first here."""
+    """The framework served before n on agent i: among those that want more and fit there,
+    (at role level, one of a strictly poorer group, else) one of n's group strictly poorer
+    by its criterion value at this agent. None when n would be served next here, or ties
+    for it (the allocator breaks ties at random)."""
     values = np.asarray(criterion.column(state, i), dtype=float)
     rivals = np.flatnonzero(state.fits_agent(i))
     if n not in rivals:
         return None
-    groups = np.zeros(len(values)) if role_values is None else role_values[state.cluster.role_of]
-    order = rivals[np.lexsort((rivals, values[rivals], groups[rivals]))]
-    first = int(order[0])
-    if first == n:
-        return None
     names = state.cluster.framework_names
-    if groups[first] < groups[n]:
-        role = state.cluster.role_names[state.cluster.role_of[first]]
-        poorer = f"group {role} is poorer ({groups[first]:.4g} < {groups[n]:.4g})"
-        return f"{poorer}; {names[first]} fits here"
+    role_of = state.cluster.role_of
+    if role_level:  # the roles' values at this agent, as the allocator's agent pass reads them
+        groups = np.asarray(criterion.role_column(state, i), dtype=float)[role_of]
+        poorer = rivals[_below(groups[rivals], groups[n])]
+        if poorer.size:
+            first = int(poorer[np.lexsort((poorer, values[poorer], groups[poorer]))[0]])
+            role = state.cluster.role_names[role_of[first]]
+            return (
+                f"group {role} is poorer ({groups[first]:.4g} < {groups[n]:.4g}); "
+                f"{names[first]} fits here"
+            )
+        rivals = rivals[role_of[rivals] == role_of[n]]
+    poorer = rivals[_below(values[rivals], values[n])]
+    if not poorer.size:
+        return None
+    first = int(poorer[np.lexsort((poorer, values[poorer]))[0]])
     return f"{names[first]} is poorer ({values[first]:.4g} < {values[n]:.4g}) and fits here"
+
+
+def _refused(engine: Engine, framework: str, agent: str, now: float) -> str:
+    """A refuse filter: the rest of an offer the framework declined (oblivious mode; it
+    holds while the agent has no more free than that), or one set by `Engine.refuse`."""
+    until = engine.filters.get((framework, agent), now)
+    declined = engine.declined.get((framework, agent))
+    if declined is None:
+        return _until("refuse filter", until, now)
+    amounts = ", ".join(
+        f"{r} {_amount(v)}" for r, v in zip(engine.resources, declined, strict=True) if v > 0
+    )
+    return _until(f"declined {amounts} of an offer; refuse filter", until, now)
 
 
 def _until(what: str, until: float, now: float) -> str:

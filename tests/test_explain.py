@@ -98,6 +98,62 @@ def test_role_level_names_the_poorer_group():
     assert answer.waiting[0].detail.startswith("group ml is poorer")
 
 
+def test_a_tie_holds_nobody_back():
+    """x and y hold one task each on a 4-cpu agent (DRF 0.25 both): the allocator breaks
+    the tie at random (`policy/ties.py`), so neither waits its turn behind the other, both
+    rank first and nobody is named as served before either."""
+    engine = Engine(("cpus", "mem"), EngineConfig("drf", level="framework"))
+    engine.add_agent("s", {"cpus": 4, "mem": 4096})
+    engine.register("x", SLOT, target=1)
+    engine.allocate(0.0)
+    engine.register("y", SLOT, target=1)
+    engine.allocate(0.0)
+    engine.set_target("x", 10)
+    engine.set_target("y", 10)
+    for name in ("x", "y"):
+        answer = explain(engine, name, 1.0)
+        assert reasons(answer) == {}, (name, answer.waiting)
+        assert answer.criterion.value == pytest.approx(0.25)
+        assert (answer.criterion.rank, answer.criterion.of, answer.criterion.ahead) == (1, 2, None)
+
+
+def test_tsf_at_role_level():
+    """TSF's role level is the sum of its frameworks' task shares x_n / y_n over the role's
+    weight (`TSF.role_column`), not TSF of the role's summed holdings. Agent s: 4 cpus, so
+    y_n = 4 tasks alone for a 1-cpu task; x (etl) holds 2: etl 2/4 = 0.5, ml 0."""
+    engine = Engine(("cpus", "mem"), EngineConfig("tsf", level="role"))
+    engine.add_agent("s", {"cpus": 4, "mem": 4096})
+    engine.register("x", SLOT, role="etl", target=2)
+    engine.allocate(0.0)
+    engine.register("y", SLOT, role="ml", target=100)
+    engine.register("z", SLOT, role="etl", target=100)
+    answer = explain(engine, "z", 1.0)
+    assert answer.role is not None
+    assert (answer.role.value, answer.role.rank, answer.role.of) == (0.5, 2, 2)
+    assert answer.role.ahead == "ml (tsf 0 < 0.5)"
+    assert reasons(answer) == {"s": "waiting_turn"}
+    assert answer.waiting[0].detail == "group ml is poorer (0 < 0.5); y fits here"
+    assert reasons(explain(engine, "y", 1.0)) == {}
+
+
+def test_refused_after_an_oblivious_decline():
+    """Oblivious mode: T is offered all of a 5-cpu agent, keeps 2 tasks of 2 cpus and
+    declines the rest, cpus 1 and mem 2048: a refuse filter for max(refuse 5 s, interval
+    1 s), which explain names with what was declined; once it expires the agent is `full`."""
+    engine = Engine(("cpus", "mem"), EngineConfig("drf", mode="oblivious", level="framework"))
+    engine.add_agent("a", {"cpus": 5, "mem": 4096})
+    engine.register("T", {"cpus": 2.0, "mem": 1024.0}, target=3)
+    grants = engine.allocate(0.0)
+    assert [(g.agent, g.tasks) for g in grants] == [("a", 2)]
+    answer = explain(engine, "T", 1.5)
+    assert reasons(answer) == {"a": "refused"}
+    assert answer.waiting[0].detail == (
+        "declined cpus 1, mem 2048 of an offer; refuse filter, 3.5 s left"
+    )
+    later = explain(engine, "T", 5.0)
+    assert [(w.reason, w.detail) for w in later.waiting] == [("full", "needs cpus 2; free cpus 1")]
+
+
 def test_every_reason_is_documented():
     text = (Path(__file__).parents[1] / "docs" / "architecture.md").read_text()
     for reason in REASONS:
