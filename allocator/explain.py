@@ -9,12 +9,13 @@ there:
 - `constraint`: a placement constraint the agent does not meet (which attribute);
 - `resting`: the caller's rest on that agent after failures (the broker's), until when;
 - `limit`: the framework holds its target;
-- `refused`: a refuse filter (a Mesos filter or a decline), until when;
+- `refused`: a refuse filter (the rest of an offer it declined, a reclaim's hold), until when;
 - `full`: one more task does not fit in what is free (what is missing);
-- `waiting_turn`: it fits, but another framework is poorer and is served first.
+- `waiting_turn`: it fits, but another framework is strictly poorer and is served first.
 
-An agent where the framework would be served next has no reason and is not listed. The
-broker adds the events (grants, reclaims) from its own records.
+An agent where the framework would be served next, or ties for it (ties are broken at
+random), has no reason and is not listed. The broker adds the events (grants, reclaims) from
+its own records.
 """
 
 from __future__ import annotations
