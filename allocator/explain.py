@@ -187,12 +187,13 @@ def _rank(
     return CriterionRank(name, float(values[n]), detail, rank, int(order.size), ahead)
 
 
-def _below(values: np.ndarray, value: float) -> np.ndarray:
-    """Which values are lower than `value` by more than the allocator's tie margin
-    (`policy.ties.pick_lowest` takes values that close as equal)."""
-    if not np.isfinite(value):
-        return values < value
-    return values < value - RELATIVE_TIE * max(1.0, abs(value))
+def _below(values: np.ndarray, value: np.ndarray | float) -> np.ndarray:
+    """Which values are lower than `value` (broadcast) by more than the allocator's tie
+    margin (`policy.ties.pick_lowest` takes values that close as equal)."""
+    value = np.asarray(value, dtype=float)
+    finite = np.isfinite(value)
+    margin = RELATIVE_TIE * np.maximum(1.0, np.abs(np.where(finite, value, 0.0)))
+    return values < value - np.where(finite, margin, 0.0)
 
 
 def _role_rank(
@@ -237,7 +238,7 @@ def _agent_reasons(
     demand = np.nan_to_num(cluster.demand[n], nan=0.0)
     fits = (demand[None, :] <= state.residual + state.tol).all(axis=1)
     held = int(state.count[n])
-    out: list[AgentReason] = []
+    out: list[AgentReason | int] = []  # an int: an agent where it fits, decided below
     for i, agent in enumerate(cluster.agent_names):
         if agent not in engine.agents:
             continue  # a free slot
@@ -253,10 +254,15 @@ def _agent_reasons(
         elif not fits[i]:
             out.append(AgentReason(agent, "full", _missing(cluster.resources, demand, state, i)))
         else:
-            poorer = _poorer_here(criterion, state, role_level, n, i)
-            if poorer is not None:
-                out.append(AgentReason(agent, "waiting_turn", poorer))
-    return out
+            out.append(i)
+    room = np.array([i for i in out if isinstance(i, int)], dtype=np.int64)
+    poorer = _served_before(criterion, state, n, room, role_level)
+    return [
+        item if isinstance(item, AgentReason)
+        else AgentReason(cluster.agent_names[item], "waiting_turn", poorer[item])
+        for item in out
+        if isinstance(item, AgentReason) or item in poorer
+    ]  # fmt: skip
 
 
 def _constraint_mismatch(constraints: Mapping[str, object], attributes: Mapping) -> str | None:
@@ -279,35 +285,50 @@ def _missing(resources: tuple[str, ...], demand: np.ndarray, state: AllocationSt
     return f"needs {needs}; free {has}"
 
 
-def _poorer_here(
-    criterion: Any, state: AllocationState, role_level: bool, n: int, i: int
-) -> str | None:
-    """The framework served before n on agent i: among those that want more and fit there,
-    (at role level, one of a strictly poorer group, else) one of n's group strictly poorer
-    by its criterion value at this agent. None when n would be served next here, or ties
-    for it (the allocator breaks ties at random)."""
-    values = np.asarray(criterion.column(state, i), dtype=float)
-    rivals = np.flatnonzero(state.fits_agent(i))
-    if n not in rivals:
-        return None
+def _served_before(
+    criterion: Any, state: AllocationState, n: int, agents: np.ndarray, role_level: bool
+) -> dict[int, str]:
+    """For each of `agents` (where n fits one more task), who is served before n there, as
+    the allocator's agent pass picks (`Selector._framework_at`): among the frameworks that
+    want more and fit there, at role level one of a strictly poorer group (by the groups'
+    values at that agent), else one of n's group strictly poorer by its criterion value at
+    that agent; the lowest such, named. Agents where n is served next, or ties for it (ties
+    are broken at random), are left out. All agents at once: (F, agents) arrays."""
+    if agents.size == 0:
+        return {}
+    fits = state.fits_all()[:, agents]
+    rivals = fits & fits[n][None, :]
+    values = np.asarray(criterion.matrix(state), dtype=float)[:, agents]
     names = state.cluster.framework_names
     role_of = state.cluster.role_of
-    if role_level:  # the roles' values at this agent, as the allocator's agent pass reads them
-        groups = np.asarray(criterion.role_column(state, i), dtype=float)[role_of]
-        poorer = rivals[_below(groups[rivals], groups[n])]
-        if poorer.size:
-            first = int(poorer[np.lexsort((poorer, values[poorer], groups[poorer]))[0]])
-            role = state.cluster.role_names[role_of[first]]
-            return (
-                f"group {role} is poorer ({groups[first]:.4g} < {groups[n]:.4g}); "
-                f"{names[first]} fits here"
+    out: dict[int, str] = {}
+    if role_level:
+        groups = np.asarray(criterion.role_matrix(state), dtype=float)[:, agents][role_of]
+        poorer = rivals & _below(groups, groups[n])
+        lowest = np.where(poorer, groups, np.inf).min(axis=0)
+        first = _first_lowest(values, poorer & (groups == lowest))
+        for c in np.flatnonzero(poorer.any(axis=0)):
+            f, g = int(first[c]), state.cluster.role_names[role_of[first[c]]]
+            out[int(agents[c])] = (
+                f"group {g} is poorer ({groups[f, c]:.4g} < {groups[n, c]:.4g}); "
+                f"{names[f]} fits here"
             )
-        rivals = rivals[role_of[rivals] == role_of[n]]
-    poorer = rivals[_below(values[rivals], values[n])]
-    if not poorer.size:
-        return None
-    first = int(poorer[np.lexsort((poorer, values[poorer]))[0]])
-    return f"{names[first]} is poorer ({values[first]:.4g} < {values[n]:.4g}) and fits here"
+        rivals &= (role_of == role_of[n])[:, None]
+    poorer = rivals & _below(values, values[n])
+    first = _first_lowest(values, poorer)
+    for c in np.flatnonzero(poorer.any(axis=0)):
+        f = int(first[c])
+        out.setdefault(
+            int(agents[c]),
+            f"{names[f]} is poorer ({values[f, c]:.4g} < {values[n, c]:.4g}) and fits here",
+        )
+    return out
+
+
+def _first_lowest(values: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """(C,) per column, the first (lowest slot) candidate row of the lowest value."""
+    lowest = np.where(candidates, values, np.inf).min(axis=0)
+    return np.argmax(candidates & (values == lowest), axis=0)
 
 
 def _refused(engine: Engine, framework: str, agent: str, now: float) -> str:

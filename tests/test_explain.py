@@ -6,12 +6,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from allocator.engine import Engine
 from allocator.engine_config import EngineConfig
 from allocator.explain import REASONS, explain
 from allocator.fair_share import fair_shares
+from allocator.policy import scheduler as scheduler_of
+from allocator.policy.ties import RELATIVE_TIE
 
 SLOT = {"cpus": 1.0, "mem": 512.0}
 
@@ -161,3 +164,51 @@ def test_every_reason_is_documented():
     section = text.split("## Why a tenant waits", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `(\w+)` \|", section, flags=re.MULTILINE)
     assert tuple(rows) == REASONS
+
+
+@pytest.mark.parametrize("scheduler", ["drf", "psdsf", "tsf"])
+@pytest.mark.parametrize("level", ["framework", "role"])
+def test_waiting_turn_against_a_brute_force_reading(scheduler: str, level: str) -> None:
+    """On random engines, every agent where a tenant fits is checked one at a time, as the
+    agent pass reads it (`Criterion.column` / `role_column` at that agent, the selector's
+    own `fits_agent`): waiting_turn exactly where some tenant that fits there is strictly
+    poorer (its group first at role level), naming one of those; not listed elsewhere."""
+    rng = np.random.default_rng(7)
+    for trial in range(6):
+        engine = Engine(("cpus", "mem"), EngineConfig(scheduler, level=level, seed=trial))
+        for i in range(8):
+            engine.add_agent(f"a{i}", {"cpus": float(rng.integers(2, 9)), "mem": 4096.0})
+        for k in range(6):
+            demand = {"cpus": float(rng.integers(1, 3)), "mem": float(rng.choice([256, 1024]))}
+            engine.register(f"t{k}", demand, role=f"g{k % 3}", target=int(rng.integers(1, 8)))
+            engine.allocate(float(k))
+        for k in range(6):
+            engine.set_target(f"t{k}", 100)
+        state = engine.snapshot(10.0)
+        criterion = scheduler_of(scheduler).criterion(engine.policy_params)
+        cluster = state.cluster
+        role_level = level == "role" and len(cluster.role_names) > 1
+        for k in range(6):
+            n = cluster.framework_names.index(f"t{k}")
+            answer = {w.agent: w for w in explain(engine, f"t{k}", 10.0).waiting}
+            for i, agent in enumerate(cluster.agent_names):
+                fits = state.fits_agent(i)
+                if not fits[n]:
+                    continue
+                values = criterion.column(state, i)
+                rivals = [int(f) for f in np.flatnonzero(fits)]
+                if role_level:
+                    groups = criterion.role_column(state, i)[cluster.role_of]
+                    margin = RELATIVE_TIE * max(1.0, abs(groups[n]))
+                    ahead = [f for f in rivals if groups[f] < groups[n] - margin]
+                    if not ahead:
+                        rivals = [f for f in rivals if cluster.role_of[f] == cluster.role_of[n]]
+                if not role_level or not ahead:
+                    margin = RELATIVE_TIE * max(1.0, abs(values[n]))
+                    ahead = [f for f in rivals if values[f] < values[n] - margin]
+                if not ahead:
+                    assert agent not in answer, (trial, k, agent, answer[agent])
+                    continue
+                assert answer[agent].reason == "waiting_turn", (trial, k, agent)
+                named = answer[agent].detail.split("; ")[-1].split(" ")[0]
+                assert cluster.framework_names.index(named) in ahead, answer[agent].detail
