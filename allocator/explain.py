@@ -79,7 +79,7 @@ def render(data: Mapping[str, Any]) -> str:
     """An explanation as text, from its dict form (`Explanation.as_dict()`, or the broker's
     `Explanation` message as a dict with its field names)."""
     share = data.get("fair_share")
-    share_text = "not computed (reclaim off)" if share is None or share < 0 else str(share)
+    share_text = "not computed yet" if share is None or share < 0 else str(share)
     demand = ", ".join(f"{r} {_amount(v)}" for r, v in data.get("demand", {}).items() if v)
     lines = [
         f"tenant {data['tenant']}: holds {data.get('held', 0)}, wants {data.get('wants', 0)}, "

@@ -201,7 +201,7 @@ def test_a_protected_group_is_never_a_victim() -> None:
     broker = filled(backend, fast(protected_groups=("prod",)), group="prod")
     try:
         settle(broker, lambda: broker.reclaimer.fair.latest is not None
-               and broker.reclaimer.fair_shares(broker.engine.config) == {"A": 2, "B": 2},
+               and broker.reclaimer.fair_shares() == {"A": 2, "B": 2},
                "the fair share of A and B")  # fmt: skip
         deadline = time.monotonic() + 1.0  # some 50 runs, each past reclaim_after
         while time.monotonic() < deadline:
@@ -412,3 +412,21 @@ def test_an_executor_that_ignores_sigterm_is_sigkilled_after_the_grace(
     finally:
         broker.stop()
     assert marked(workdir, leaders=False) == set()
+
+
+def test_the_fair_share_is_shown_with_reclaim_off() -> None:
+    """--reclaim-after 0: the fair share is still computed and shown (GetAllocation), so an
+    operator sees who is below it before turning reclaim on; nothing is ever reclaimed."""
+    backend = RecordingBackend(two_agents())
+    broker = filled(backend, fast(reclaim_after=0))
+    try:
+        settle(broker, lambda: broker.reclaimer.fair_shares() == {"A": 2, "B": 2},
+               "the fair share of A and B")  # fmt: skip
+        shown = {t.tenant_id: (t.running, t.fair_share) for t in broker.allocation().tenants}
+        assert shown == {"A": (4, 2), "B": (0, 2)}
+        for _ in range(20):
+            broker.allocate_once()
+        assert broker.reclaimer.waiting_since == {} and broker.reclaimer.leaving == {}
+        assert broker.heartbeat("A") == [] and held(broker) == {"A": {"RUNNING": 4}}
+    finally:
+        broker.stop()

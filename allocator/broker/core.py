@@ -280,7 +280,7 @@ class Broker:
                 totals = offered()
                 for agent in allocation.agents:
                     agent.last_offered.update(totals.get(agent.name, {}))
-            shares = self.reclaimer.fair_shares(self.engine.config)
+            shares = self.reclaimer.fair_shares()
             for entry in allocation.tenants:
                 tenant = self.tenants[entry.tenant_id]
                 entry.declared = self._declared(tenant)
@@ -293,7 +293,7 @@ class Broker:
         with self._lock:
             tenant = self._tenant(tenant_id)
             config = self.engine.config
-            shares = self.reclaimer.fair_shares(config) if config.reclaims else None
+            shares = self.reclaimer.fair_shares() or None
             answer = explain(
                 self.engine, tenant_id, time.monotonic(), shares, tenant.standing.rests
             )

@@ -5,12 +5,12 @@ At every allocation run (`Reclaimer.run`, under the broker's lock):
 
 1. the executors still alive past their grace are killed (`Backend.kill`; the local backend
    sends SIGTERM, then SIGKILL), whether reclaim is still on or not: they were told to go;
-2. while `EngineConfig.reclaims`, the engine's cluster is handed to `FairShareWorker`, which
-   recomputes the fair share on its own thread, only when agents, tenants, targets or the
-   configuration changed (`FairShareCache`). The run uses the last completed result and
-   never waits for it;
-3. each tenant's waiting time is kept: since when it has wanted more executors than it
-   holds while holding fewer than its fair share;
+2. the engine's cluster is handed to `FairShareWorker`, which recomputes the fair share on
+   its own thread, only when agents, tenants, targets or the configuration changed
+   (`FairShareCache`); it is shown (`GetAllocation`, metrics, `explain`) whether reclaim is
+   on or not. The run uses the last completed result and never waits for it;
+3. while `EngineConfig.reclaims`, each tenant's waiting time is kept: since when it has
+   wanted more executors than it holds while holding fewer than its fair share;
 4. once some tenant has waited `reclaim_after`, `select_reclaims` chooses among the live
    executors (those being killed at a tenant's request excepted), with the executors already
    leaving as `in_flight`; for each decision the store records the executor as LEAVING, with
@@ -61,7 +61,6 @@ class FairShareWorker:
         self._posted: tuple[Cluster, EngineConfig, np.ndarray] | None = None
         self._latest: FairShare | None = None
         self._stopping = False
-        self._generation = 0  # forget() makes a fill under way stale
         self._thread: threading.Thread | None = None
 
     @property
@@ -83,13 +82,6 @@ class FairShareWorker:
                 self._thread.start()
             self._cond.notify()
 
-    def forget(self) -> None:
-        """Reclaim was turned off: no fair share is shown until it is on again."""
-        with self._cond:
-            self._posted = None
-            self._latest = None
-            self._generation += 1
-
     def stop(self) -> None:
         with self._cond:
             self._stopping = True
@@ -106,15 +98,12 @@ class FairShareWorker:
                     return
                 cluster, config, known = self._posted
                 self._posted = None
-                generation = self._generation
             try:
                 share = self._cache.get(cluster, config, known)
             except Exception:  # the thread must outlive one bad cluster
                 log.exception("fair share: computation failed")
                 continue
-            with self._cond:
-                if generation == self._generation:
-                    self._latest = share
+            self._latest = share
 
 
 @dataclass
@@ -142,9 +131,9 @@ class Reclaimer:
         self.history: deque[tuple[float, Reclaim]] = deque(maxlen=HISTORY)
 
     # ---- what the API shows ------------------------------------------------------------
-    def fair_shares(self, config: EngineConfig) -> dict[str, int]:
-        """Tenant -> fair share in executors (empty while reclaim is off or not computed)."""
-        share = self.fair.latest if config.reclaims else None
+    def fair_shares(self) -> dict[str, int]:
+        """Tenant -> fair share in executors (empty until first computed)."""
+        share = self.fair.latest
         return {} if share is None else share.as_dict()
 
     def leaving_of(self, tenant_id: str) -> list[str]:
@@ -192,11 +181,10 @@ class Reclaimer:
             }
         self._kill_overdue(time.time())
         config = engine.config
+        self.fair.post(engine.cluster(), config, engine.known_demand())
         if not config.reclaims:
             self.waiting_since.clear()
-            self.fair.forget()
             return []
-        self.fair.post(engine.cluster(), config, engine.known_demand())
         fair = self.fair.latest
         if fair is None:
             return []

@@ -210,16 +210,14 @@ BROKER_HELP = (
 
 def render_allocation(allocation) -> str:
     info = allocation.broker
-    reclaiming = info.reclaim_after > 0  # the fair share is computed only then
     lines = [
         f"scheduler {info.scheduler}, {info.mode} mode, {info.selection} selection, "
         f"{info.backend} backend; {info.grants_total} grants in {info.runs_total} runs",
         *([f"{info.backend}: {info.backend_status}"] if info.backend_status else []),
         render_reclaim(info),
         "",
-        f"{'tenant':<28} {'group':<12} {'demand':<20} {'run':>4} "
-        + (f"{'fair':>4} " if reclaiming else "")
-        + f"{'want':>5} {'dom.share':>9}",
+        f"{'tenant':<28} {'group':<12} {'demand':<20} {'run':>4} {'fair':>4} "
+        f"{'want':>5} {'dom.share':>9}",
     ]
     for t in allocation.tenants:
         demand = " ".join(f"{r}={v:g}" for r, v in sorted(t.demand.items()))
@@ -227,8 +225,7 @@ def render_allocation(allocation) -> str:
         leaving = sum(e.state == "LEAVING" for e in t.executors)
         lines.append(
             f"{t.tenant_id:<28} {t.group:<12} {demand + flag:<20} {t.running:>4} "
-            + (f"{t.fair_share:>4} " if reclaiming else "")
-            + f"{t.target:>5} {t.dominant_share:>9.3f}"
+            f"{t.fair_share:>4} {t.target:>5} {t.dominant_share:>9.3f}"
             + (f"  ({leaving} leaving)" if leaving else "")
         )
     # as wide as the longest name: a Mesos agent id is 39+ characters (with @role more)
@@ -517,7 +514,7 @@ def explain(tenant: str, broker: str, token: str | None, as_json: bool) -> None:
     if not answer.HasField("role"):
         data.pop("role", None)
     if data["fair_share"] < 0:
-        data["fair_share"] = None  # not computed: reclaim is off
+        data["fair_share"] = None  # not computed yet
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:

@@ -22,9 +22,11 @@ class AllocationWatch:
     leaving: dict[str, set[str]] = field(default_factory=dict)
     most: Counter[str] = field(default_factory=Counter)
     rested: set[str] = field(default_factory=set)
-    both_running: int = 0  # samples with every group running
-    fair_while_both: dict[str, int] = field(default_factory=dict)  # the last such sample's
-    held_while_both: Counter[str] = field(default_factory=Counter)  # most running in them
+    both_running: int = 0  # samples with every group running and wanting executors
+    fair_while_both: Counter[str] = field(default_factory=Counter)  # most fair share then
+    held_while_both: Counter[str] = field(default_factory=Counter)  # most running then
+    #: (seconds since start, {group: (running, fair share, target)}) at every change
+    timeline: list[tuple[float, dict[str, tuple[int, int, int]]]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -33,6 +35,7 @@ class AllocationWatch:
 
     def _run(self) -> None:
         broker = self.service.broker
+        start = time.monotonic()
         while not self.stop.wait(0.2):
             allocation = broker.allocation()
             for agent in allocation.agents:
@@ -48,13 +51,20 @@ class AllocationWatch:
                         running[tenant.group] += 1
             for group, n in running.items():
                 self.most[group] = max(self.most[group], n)
-            if all(running[g] for g in self.groups):
+            now = {t.group: (running[t.group], t.fair_share, t.target) for t in allocation.tenants}
+            if not self.timeline or self.timeline[-1][1] != now:
+                self.timeline.append((round(time.monotonic() - start, 1), now))
+            # A driver that finished its job unregisters (target and fair share 0) while its
+            # executors still run for a moment: that is not "both run".
+            wanting = {t.group for t in allocation.tenants if t.target > 0}
+            if all(running[g] and g in wanting for g in self.groups):
                 self.both_running += 1
                 for tenant in allocation.tenants:
-                    self.fair_while_both[tenant.group] = tenant.fair_share
-                    self.held_while_both[tenant.group] = max(
-                        self.held_while_both[tenant.group], running[tenant.group]
+                    group = tenant.group
+                    self.fair_while_both[group] = max(
+                        self.fair_while_both[group], tenant.fair_share
                     )
+                    self.held_while_both[group] = max(self.held_while_both[group], running[group])
             with broker._lock:
                 for tenant in broker.tenants.values():
                     if any(until > time.monotonic() for until in tenant.standing.rests.values()):
