@@ -9,12 +9,13 @@ there:
 - `constraint`: a placement constraint the agent does not meet (which attribute);
 - `resting`: the caller's rest on that agent after failures (the broker's), until when;
 - `limit`: the framework holds its target;
-- `refused`: a refuse filter (a Mesos filter or a decline), until when;
+- `refused`: a refuse filter (the rest of an offer it declined, a reclaim's hold), until when;
 - `full`: one more task does not fit in what is free (what is missing);
-- `waiting_turn`: it fits, but another framework is poorer and is served first.
+- `waiting_turn`: it fits, but another framework is strictly poorer and is served first.
 
-An agent where the framework would be served next has no reason and is not listed. The
-broker adds the events (grants, reclaims) from its own records.
+An agent where the framework would be served next, or ties for it (ties are broken at
+random), has no reason and is not listed. The broker adds the events (grants, reclaims) from
+its own records.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from allocator.policy import scheduler
-from allocator.policy.levels import Level, RoleHoldings
+from allocator.policy.levels import Level
+from allocator.policy.ties import RELATIVE_TIE
 
 if TYPE_CHECKING:
     from allocator.engine import Engine
@@ -77,7 +79,7 @@ def render(data: Mapping[str, Any]) -> str:
     """An explanation as text, from its dict form (`Explanation.as_dict()`, or the broker's
     `Explanation` message as a dict with its field names)."""
     share = data.get("fair_share")
-    share_text = "not computed (reclaim off)" if share is None or share < 0 else str(share)
+    share_text = "not computed yet" if share is None or share < 0 else str(share)
     demand = ", ".join(f"{r} {_amount(v)}" for r, v in data.get("demand", {}).items() if v)
     lines = [
         f"tenant {data['tenant']}: holds {data.get('held', 0)}, wants {data.get('wants', 0)}, "
@@ -140,8 +142,7 @@ def explain(
     rank = _rank(
         criterion.name, values, within, servable, n, cluster.framework_names, _why(state, n)
     )
-    role_values = _values(criterion, RoleHoldings.of(state)) if role_level else None
-    waiting = _agent_reasons(engine, state, n, now, rests or {}, criterion, role_values)
+    waiting = _agent_reasons(engine, state, n, now, rests or {}, criterion, role_level)
     share = None if fair_share is None else fair_share.get(framework)
     return Explanation(
         tenant=framework,
@@ -171,30 +172,36 @@ def _rank(
     names: tuple[str, ...],
     detail: str,
 ) -> CriterionRank:
-    """Rank of holder n among the wanting holders (lowest value first; ties: the lower slot,
-    i.e. registered first) and the first of those that can be served now (fits somewhere)."""
+    """Rank of holder n among the wanting holders: 1 + those strictly lower (holders tied
+    with it share its rank: the allocator breaks ties at random, `policy/ties.py`), and the
+    poorest strictly lower holder that can be served now (fits somewhere). Nobody is named
+    for a holder that wants no more."""
     candidates = np.flatnonzero(wanting)
     order = candidates[np.lexsort((candidates, values[candidates]))]
-    rank = int(np.flatnonzero(order == n)[0]) + 1 if wanting[n] else 0
+    below = _below(values, values[n])
+    rank = int((below & wanting).sum()) + 1 if wanting[n] else 0
+    first = next((int(h) for h in order if servable[h] and below[h]), None)
     ahead = None
-    served = [int(h) for h in order if servable[h]]
-    if served and served[0] != n and (not wanting[n] or rank - 1 > order.tolist().index(served[0])):
-        first = served[0]
-        why = (
-            f"{values[first]:.4g} < {values[n]:.4g}"
-            if values[first] < values[n]
-            else f"a tie at {values[n]:.4g}, registered earlier"
-        )
-        ahead = f"{names[first]} ({name} {why})"
+    if first is not None and wanting[n]:
+        ahead = f"{names[first]} ({name} {values[first]:.4g} < {values[n]:.4g})"
     return CriterionRank(name, float(values[n]), detail, rank, int(order.size), ahead)
+
+
+def _below(values: np.ndarray, value: np.ndarray | float) -> np.ndarray:
+    """Which values are lower than `value` (broadcast) by more than the allocator's tie
+    margin (`policy.ties.pick_lowest` takes values that close as equal)."""
+    value = np.asarray(value, dtype=float)
+    finite = np.isfinite(value)
+    margin = RELATIVE_TIE * np.maximum(1.0, np.abs(np.where(finite, value, 0.0)))
+    return values < value - np.where(finite, margin, 0.0)
 
 
 def _role_rank(
     criterion: Any, state: AllocationState, n: int, servable: np.ndarray
 ) -> CriterionRank:
     cluster = state.cluster
-    roles = RoleHoldings.of(state)
-    values = _values(criterion, roles)
+    # as the allocator orders roles (TSF computes its role level from the frameworks')
+    values = np.asarray(criterion.role_column(state), dtype=float)
     wanting = np.zeros(len(cluster.role_names), dtype=bool)
     wanting[cluster.role_of[state.wanting()]] = True
     servable_roles = np.zeros_like(wanting)
@@ -223,7 +230,7 @@ def _agent_reasons(
     now: float,
     rests: Mapping[str, float],
     criterion: Any,
-    role_values: np.ndarray | None,
+    role_level: bool,
 ) -> list[AgentReason]:
     cluster = state.cluster
     name = cluster.framework_names[n]
@@ -231,7 +238,7 @@ def _agent_reasons(
     demand = np.nan_to_num(cluster.demand[n], nan=0.0)
     fits = (demand[None, :] <= state.residual + state.tol).all(axis=1)
     held = int(state.count[n])
-    out: list[AgentReason] = []
+    out: list[AgentReason | int] = []  # an int: an agent where it fits, decided below
     for i, agent in enumerate(cluster.agent_names):
         if agent not in engine.agents:
             continue  # a free slot
@@ -243,15 +250,19 @@ def _agent_reasons(
         elif held >= record.target:
             out.append(AgentReason(agent, "limit", f"target {int(record.target)} reached"))
         elif not cluster.eligible[n, i]:  # the snapshot applied a refuse filter that holds
-            until = engine.filters.get((name, agent), now)
-            out.append(AgentReason(agent, "refused", _until("refuse filter", until, now)))
+            out.append(AgentReason(agent, "refused", _refused(engine, name, agent, now)))
         elif not fits[i]:
             out.append(AgentReason(agent, "full", _missing(cluster.resources, demand, state, i)))
         else:
-            poorer = _poorer_here(criterion, state, role_values, n, i)
-            if poorer is not None:
-                out.append(AgentReason(agent, "waiting_turn", poorer))
-    return out
+            out.append(i)
+    room = np.array([i for i in out if isinstance(i, int)], dtype=np.int64)
+    poorer = _served_before(criterion, state, n, room, role_level)
+    return [
+        item if isinstance(item, AgentReason)
+        else AgentReason(cluster.agent_names[item], "waiting_turn", poorer[item])
+        for item in out
+        if isinstance(item, AgentReason) or item in poorer
+    ]  # fmt: skip
 
 
 def _constraint_mismatch(constraints: Mapping[str, object], attributes: Mapping) -> str | None:
@@ -274,27 +285,63 @@ def _missing(resources: tuple[str, ...], demand: np.ndarray, state: AllocationSt
     return f"needs {needs}; free {has}"
 
 
-def _poorer_here(
-    criterion: Any, state: AllocationState, role_values: np.ndarray | None, n: int, i: int
-) -> str | None:
-    """The framework served before n on agent i: one that wants more and fits there and
-    comes first by (its role's value at role level,) its criterion value at this agent, then
-    the lower slot. None when n would be served first here."""
-    values = np.asarray(criterion.column(state, i), dtype=float)
-    rivals = np.flatnonzero(state.fits_agent(i))
-    if n not in rivals:
-        return None
-    groups = np.zeros(len(values)) if role_values is None else role_values[state.cluster.role_of]
-    order = rivals[np.lexsort((rivals, values[rivals], groups[rivals]))]
-    first = int(order[0])
-    if first == n:
-        return None
+def _served_before(
+    criterion: Any, state: AllocationState, n: int, agents: np.ndarray, role_level: bool
+) -> dict[int, str]:
+    """For each of `agents` (where n fits one more task), who is served before n there, as
+    the allocator's agent pass picks (`Selector._framework_at`): among the frameworks that
+    want more and fit there, at role level one of a strictly poorer group (by the groups'
+    values at that agent), else one of n's group strictly poorer by its criterion value at
+    that agent; the lowest such, named. Agents where n is served next, or ties for it (ties
+    are broken at random), are left out. All agents at once: (F, agents) arrays."""
+    if agents.size == 0:
+        return {}
+    fits = state.fits_all()[:, agents]
+    rivals = fits & fits[n][None, :]
+    values = np.asarray(criterion.matrix(state), dtype=float)[:, agents]
     names = state.cluster.framework_names
-    if groups[first] < groups[n]:
-        role = state.cluster.role_names[state.cluster.role_of[first]]
-        poorer = f"group {role} is poorer ({groups[first]:.4g} < {groups[n]:.4g})"
-        return f"{poorer}; {names[first]} fits here"
-    return f"{names[first]} is poorer ({values[first]:.4g} < {values[n]:.4g}) and fits here"
+    role_of = state.cluster.role_of
+    out: dict[int, str] = {}
+    if role_level:
+        groups = np.asarray(criterion.role_matrix(state), dtype=float)[:, agents][role_of]
+        poorer = rivals & _below(groups, groups[n])
+        lowest = np.where(poorer, groups, np.inf).min(axis=0)
+        first = _first_lowest(values, poorer & (groups == lowest))
+        for c in np.flatnonzero(poorer.any(axis=0)):
+            f, g = int(first[c]), state.cluster.role_names[role_of[first[c]]]
+            out[int(agents[c])] = (
+                f"group {g} is poorer ({groups[f, c]:.4g} < {groups[n, c]:.4g}); "
+                f"{names[f]} fits here"
+            )
+        rivals &= (role_of == role_of[n])[:, None]
+    poorer = rivals & _below(values, values[n])
+    first = _first_lowest(values, poorer)
+    for c in np.flatnonzero(poorer.any(axis=0)):
+        f = int(first[c])
+        out.setdefault(
+            int(agents[c]),
+            f"{names[f]} is poorer ({values[f, c]:.4g} < {values[n, c]:.4g}) and fits here",
+        )
+    return out
+
+
+def _first_lowest(values: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """(C,) per column, the first (lowest slot) candidate row of the lowest value."""
+    lowest = np.where(candidates, values, np.inf).min(axis=0)
+    return np.argmax(candidates & (values == lowest), axis=0)
+
+
+def _refused(engine: Engine, framework: str, agent: str, now: float) -> str:
+    """A refuse filter: the rest of an offer the framework declined (oblivious mode; it
+    holds while the agent has no more free than that), or one set by `Engine.refuse`."""
+    until = engine.filters.get((framework, agent), now)
+    declined = engine.declined.get((framework, agent))
+    if declined is None:
+        return _until("refuse filter", until, now)
+    amounts = ", ".join(
+        f"{r} {_amount(v)}" for r, v in zip(engine.resources, declined, strict=True) if v > 0
+    )
+    return _until(f"declined {amounts} of an offer; refuse filter", until, now)
 
 
 def _until(what: str, until: float, now: float) -> str:

@@ -13,7 +13,7 @@ LIVE_MODULES = {
     "test_spark_live", "test_apps", "test_shim_build", "test_batch_live", "test_admission_live",
     "test_mesos_live", "test_mesos_real", "test_mesos_master", "test_mesos_link", "test_prometheus",
     "test_deploy_docker", "test_deploy_systemd", "test_deploy_terraform", "test_packaging",
-    "test_submit", "test_compare_live", "test_reclaim_spark_live",
+    "test_submit", "test_compare_live", "test_reclaim_spark_live", "test_explain_mesos",
 }  # fmt: skip
 
 

@@ -116,3 +116,63 @@ def test_explain_names_the_rest_after_quick_failures(tmp_path: Path) -> None:
         assert "full" not in {w["reason"] for w in answer["waiting"]}
     finally:
         service.stop()
+
+
+def test_explain_names_the_poorer_tenant_served_first(tmp_path: Path) -> None:
+    """`waiting_turn`: A holds 12 of the 18 slots and B 2; with grants held (the start
+    barrier `fairbroker batch` uses, standing for the moment before the next allocation
+    run), both raise their targets. Where a slot is free, A waits its turn behind B (DRF
+    2/18 < 12/18), and is `full` elsewhere; B is held back nowhere there. Released, the
+    run gives all 4 free slots to B, as the explanation said."""
+    cluster = LocalCluster(AGENTS, tmp_path / "agents", stand_in_spark(tmp_path))
+    options = BrokerOptions(
+        engine=EngineConfig.mesos("drf"), http_port=0, grpc_port=0, metrics_port=0,
+        token=TOKEN, state_dir=tmp_path / "state", lease_seconds=600,
+    )  # fmt: skip
+    service = BrokerService(options, backend=cluster).start()
+    broker = service.broker
+    env = {"FAIRBROKER_TOKEN": TOKEN, "PATH": "/usr/bin:/bin"}
+
+    def explain_json(name: str) -> dict:
+        done = run_fairbroker("explain", name, "--json", "--broker", service.http_address, env=env)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    try:
+        broker.register(request("A", DEMAND, target=12))
+        wait_for(lambda: held(broker).get("A") == {"RUNNING": 12}, 30, "A's 12 executors")
+        broker.register(request("B", DEMAND, target=2))
+        wait_for(lambda: held(broker).get("B") == {"RUNNING": 2}, 30, "B's 2 executors")
+        broker.hold_grants(True)
+        broker.set_target("A", 18)
+        broker.set_target("B", 6)
+        with broker._lock:  # free slots per agent, from the executors' own records
+            used = {agent.name: 0 for agent in AGENTS}
+            for name in ("A", "B"):
+                for record in broker.tenants[name].executors.values():
+                    used[record.spec.agent] += 1
+        free = {agent.name: int(agent.resources["cpus"]) - used[agent.name] for agent in AGENTS}
+        assert sum(free.values()) == 4, free
+        a = explain_json("A")
+        assert {w["agent"]: w["reason"] for w in a["waiting"]} == {
+            agent: "waiting_turn" if room else "full" for agent, room in free.items()
+        }, (a, free)
+        for item in a["waiting"]:
+            if item["reason"] == "waiting_turn":
+                assert item["detail"] == "B is poorer (0.1111 < 0.6667) and fits here"
+        assert (a["held"], a["wants"]) == (12, 18)
+        assert (a["criterion"]["rank"], a["criterion"]["of"]) == (2, 2)
+        assert a["criterion"]["ahead"] == "B (drf 0.1111 < 0.6667)"
+        b = explain_json("B")
+        assert {w["agent"]: w["reason"] for w in b["waiting"]} == {
+            agent: "full" for agent, room in free.items() if not room
+        }, (b, free)
+        assert (b["criterion"]["rank"], b["criterion"]["ahead"]) == (1, "")
+        broker.hold_grants(False)
+        wait_for(lambda: held(broker).get("B") == {"RUNNING": 6}, 30, "B's 4 more executors")
+        assert held(broker).get("A") == {"RUNNING": 12}
+        a = explain_json("A")
+        assert {w["reason"] for w in a["waiting"]} == {"full"}, a
+        assert {w["reason"] for w in explain_json("B")["waiting"]} == {"limit"}
+    finally:
+        service.stop()

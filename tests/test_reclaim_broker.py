@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import urllib.request
 from pathlib import Path
@@ -250,6 +251,42 @@ def test_a_reclaimed_executor_exiting_at_once_never_rests_its_tenant() -> None:
         for spec in others:
             backend.report(spec, ExecutorState.FAILED)
         assert broker.tenants["A"].standing.rests.keys() == {"s1"}
+    finally:
+        broker.stop()
+
+
+def test_explain_names_the_hold_after_a_reclaim() -> None:
+    """Two of A's 4 executors on s1 are reclaimed for B and exit; A, still wanting 4, is
+    kept off s1 (the reclaim's hold: the grace, 60 s, and 10 s more) while B takes the room.
+    `Explain` (the call's handler) says `refused` on s1, naming the reclaimed executor, B
+    and the seconds left, before B is granted and after; its events list both reclaims."""
+    backend = RecordingBackend([AgentInfo("s1", "127.0.3.1", {"cpus": 4, "mem": 4096})])
+    broker = filled(backend, fast())
+    try:
+        settle(broker, lambda: held(broker)["A"].get("LEAVING") == 2, "2 of A's executors leaving")
+        leaving = {e for e, r in broker.tenants["A"].executors.items()
+                   if r.state is ExecutorState.LEAVING}  # fmt: skip
+        reclaimed_at = time.monotonic()
+        for spec in [s for s in backend.launched if s.executor_id in leaving]:
+            backend.report(spec, ExecutorState.FINISHED)
+        for step in ("before B's grants", "after"):
+            answer = broker.explain("A")
+            assert (answer.held, answer.wants) == (2, 4), step
+            assert [(w.agent, w.reason) for w in answer.waiting] == [("s1", "refused")], step
+            detail = answer.waiting[0].detail
+            kept = re.fullmatch(
+                r"kept off while executor (\S+), reclaimed here, makes room for B; "
+                r"refuse filter, (\d+\.\d) s left",
+                detail,
+            )
+            assert kept and kept.group(1) in leaving, (step, detail)
+            assert 0 < float(kept.group(2)) <= 70 - (time.monotonic() - reclaimed_at) + 0.1
+            reclaims = [e for e in answer.events if e.kind == "reclaimed_from"]
+            assert {e.executor_id for e in reclaims} == leaving, step
+            broker.allocate_once()
+            assert held(broker) == {"A": {"RUNNING": 2}, "B": {"LAUNCHING": 2}}
+        # B is not held off anything: s1 is full for it now
+        assert [w.reason for w in broker.explain("B").waiting] == ["full"]
     finally:
         broker.stop()
 

@@ -1,5 +1,6 @@
 """The `Explain` call's answer: `allocator.explain` on the broker's engine, with the events
-from the broker's own records (its tenants' executors, the reclaimer's recent decisions)."""
+from the broker's own records (its tenants' executors, the reclaimer's recent decisions), and
+a `refused` agent the tenant is kept off after a reclaim named as such."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def explanation_message(
     reclaims: Iterable[tuple[float, Reclaim]],
     config: EngineConfig,
 ) -> pb.Explanation:
+    reclaims = list(reclaims)
     message = pb.Explanation(
         tenant=answer.tenant,
         held=answer.held,
@@ -28,14 +30,31 @@ def explanation_message(
         fair_share=-1 if answer.fair_share is None else answer.fair_share,
         demand=answer.demand,
         criterion=_rank(answer.criterion),
-        waiting=[
-            pb.AgentReason(agent=w.agent, reason=w.reason, detail=w.detail) for w in answer.waiting
-        ],
+        waiting=_waiting(answer, reclaims),
         events=_events(tenant, reclaims, config),
     )
     if answer.role is not None:
         message.role.CopyFrom(_rank(answer.role))
     return message
+
+
+def _waiting(answer: Explanation, reclaims: list[tuple[float, Reclaim]]) -> list[pb.AgentReason]:
+    """The reasons; a refuse filter the engine was given (not a decline) on an agent where
+    the tenant's executor was reclaimed is the reclaim's hold (`allocator.reclaim.hold_room`:
+    the victim kept off until the room has gone to the beneficiary). A failure's rest, the
+    other filter given, is `resting` already."""
+    taken = {d.agent: d for _, d in reclaims if d.victim == answer.tenant}  # the latest wins
+    out = []
+    for w in answer.waiting:
+        detail = w.detail
+        decision = taken.get(w.agent)
+        if w.reason == "refused" and decision is not None and detail.startswith("refuse filter"):
+            detail = (
+                f"kept off while executor {decision.executor}, reclaimed here, makes room for "
+                f"{decision.beneficiary}; {detail}"
+            )
+        out.append(pb.AgentReason(agent=w.agent, reason=w.reason, detail=detail))
+    return out
 
 
 def _rank(rank: CriterionRank) -> pb.CriterionRank:

@@ -74,16 +74,22 @@ def launched(driver: RecordingDriver) -> list[dict]:
 
 
 @contextlib.contextmanager
-def mesos_broker(tmp_path: Path, master, **kw) -> Iterator[BrokerService]:
+def mesos_broker(
+    tmp_path: Path, master, spark: Path | None = None, **kw
+) -> Iterator[BrokerService]:
     """A broker service on the Mesos backend, subscribed to `master` (anything with an
-    `address`); engine fields among `kw` go to its EngineConfig, the rest to BrokerOptions."""
+    `address`); engine fields among `kw` go to its EngineConfig, the rest to BrokerOptions.
+    `spark`: the SPARK_HOME executors run from (default: the real one)."""
+    engine = engine_from(kw, scheduler="rpsdsf", interval=0.5)
+    home = spark_home() if spark is None else spark
     backend = MesosBackend(
         MesosOptions(
-            master=master.address, spark_home=str(spark_home()), state_dir=tmp_path / "broker"
+            master=master.address, spark_home=str(home), state_dir=tmp_path / "broker",
+            refuse_seconds=engine.refuse_seconds,  # as `serve` passes the engine's
         )
-    )
+    )  # fmt: skip
     options = BrokerOptions(
-        engine=engine_from(kw, scheduler="rpsdsf", interval=0.5),
+        engine=engine,
         http_port=0,
         grpc_port=0,
         state_dir=tmp_path / "broker",
