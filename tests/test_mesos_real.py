@@ -102,7 +102,7 @@ def broker_on(tmp_path: Path, mesos: RealMesos, **options):
     from allocator.backends.mesos import MesosBackend, MesosOptions
     from allocator.broker.server import BrokerOptions, BrokerService
 
-    mesos_keys = {"roles", "spark_home", "agents_look_seconds", "kill_grace"}
+    mesos_keys = {"roles", "spark_home", "agents_look_seconds", "kill_grace", "agent_return_grace"}
     backend = MesosBackend(MesosOptions(
         master=mesos.address, state_dir=tmp_path / "broker",
         **{k: v for k, v in options.items() if k in mesos_keys},
@@ -709,3 +709,90 @@ def test_two_spark_jobs_at_once_both_hold_executors_while_both_run(
         asked = re.findall(r"fairbroker: the broker reclaims executors \[([^\]]*)\]", log)
         decommissioned = {e.strip() for line in asked for e in line.split(",")}
         assert decommissioned <= watch.leaving.get(group, set()), (group, asked, watch.leaving)
+
+
+# ---- issue 23: a master restarted with an in-memory registry -----------------------------
+
+
+def stored_kills(state_dir: Path) -> int:
+    """Kill intents in the broker's state file now (read-only, beside the running broker)."""
+    import sqlite3
+
+    db = sqlite3.connect(f"{(state_dir / 'broker.sqlite').resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        return db.execute("SELECT count(*) FROM kills").fetchone()[0]
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("grace", [None, 0.0], ids=["await-agents", "replace-at-once"])
+def test_a_master_restarted_without_its_registry_leaves_exactly_the_target_running(
+    tmp_path: Path, grace: float | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 23: with `--registry=in_memory` a restarted master knows no agent; the
+    broker's RECONCILE is answered at once "Reconciliation: Task is unknown" (TASK_LOST,
+    REASON_RECONCILIATION), and the broker used to replace both executors; when the agents
+    re-registered the originals came back and were never killed: 4 tasks for a target of 2.
+
+    await-agents (agent_return_grace from the master's flags, the default: ping timeout
+    1 s x 2 here, + 30 s): the tasks stay the broker's while their agents are unknown and
+    are confirmed when the agents re-register (measured: 74.8 s after the restart with
+    Mesos's default ping timeout, 15 s x 5, about 3 s with 1 s x 2): the same two tasks,
+    nothing launched. replace-at-once (grace 0, the old behaviour's replacement; the agent
+    daemons are stopped over the restart so that the broker's RECONCILE is surely answered
+    before they return): two replacements are launched, and the originals, back with their
+    agents, are killed (the kills recorded in the broker's state first). Either way exactly 2 tasks of the tenant
+    run, in the master's /master/tasks and in the broker's GetAllocation."""
+    spark = str(sleeping_spark(tmp_path))
+    with RealMesos(AGENTS, work_dir=tmp_path / "mesos", registry="in_memory",
+                   agent_ping_timeout=1) as mesos, \
+            broker_on(tmp_path, mesos, spark_home=spark, agents_look_seconds=1.0,
+                      agent_return_grace=grace, scheduler="drf",
+                      lease_seconds=600) as service:  # fmt: skip
+        register(service, "t", 2, 1024, target=2)
+        running = lambda: sorted(t.task_id for t in mesos.tasks("TASK_RUNNING"))  # noqa: E731
+        wait_for(lambda: running() == ["t.1", "t.2"], 60, "two tasks running")
+
+        def master_tasks() -> list[str]:  # the operator API's own list, this framework's
+            answer = requests.get(f"{mesos.url}/master/tasks", timeout=10).json()
+            return sorted(t["id"] for t in answer["tasks"] if t["state"] == "TASK_RUNNING")
+
+        def broker_running() -> int:
+            (tenant,) = service.broker.allocation().tenants
+            return tenant.running
+
+        if grace is not None:  # the agents stay away until the broker has given the tasks up
+            for name in mesos.agent_specs:  # (their executors run on)
+                mesos.kill_agent(name)
+        started = time.monotonic()
+        mesos.restart_master()
+        assert mesos.state()["slaves"] == []  # in_memory: the new master knows no agent
+        if grace is not None:
+            wait_for(lambda: broker_running() == 0, 60, "the broker to give both tasks up")
+            for name in mesos.agent_specs:  # same work dirs: the same agent ids and tasks
+                mesos.restart_agent(name)
+        mesos.wait_agents(set(mesos.agent_specs), timeout=90)
+        back = time.monotonic() - started
+
+        expected = ["t.1", "t.2"] if grace is None else ["t.3", "t.4"]
+        wait_for(lambda: master_tasks() == expected and broker_running() == 2, 90,
+                 f"exactly {expected} running at the master and 2 in GetAllocation")  # fmt: skip
+        for _ in range(10):  # and it stays so (a late re-registration would show here)
+            time.sleep(0.5)
+            assert master_tasks() == expected and broker_running() == 2
+        tasks = service.broker.backend.tasks
+        print(f"grace {tasks.agent_return_grace:g} s: agents back {back:.1f} s after the restart; running "
+              f"{master_tasks()}; states {[(t.task_id, t.states) for t in mesos.tasks()]}")
+        if grace is None:
+            assert tasks.agent_return_grace == 1 * 2 + 30  # read from /master/flags
+        else:  # the originals were killed, and each kill recorded before it was sent
+            states = {t.task_id: t.state for t in mesos.tasks()}
+            assert states["t.1"] == states["t.2"] == "TASK_KILLED", states
+            for task_id in ("t.1", "t.2"):
+                assert f"killing task {task_id} on agent" in caplog.text
+            # (the order, record then KILL, is tests/test_mesos_tasks.py's): each row is
+            # deleted at the task's TASK_KILLED
+            wait_for(lambda: not service.broker.backend.tasks.unwanted
+                     and stored_kills(tmp_path / "broker") == 0, 30,
+                     "the recorded kills forgotten at TASK_KILLED")  # fmt: skip
+        assert service.broker.tenants["t"].standing.rests == {}

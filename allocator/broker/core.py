@@ -409,6 +409,12 @@ class Broker:
             self._loop.poke()
 
     # ---- backend events (BackendEvents) ---------------------------------------------------
+    @property
+    def kill_ledger(self) -> Store:
+        """Where the backend records kills of tasks the broker does not want (the store's
+        own lock, never the broker's: the backend records under its lock)."""
+        return self.store
+
     def status(self, status: TaskStatus) -> None:
         with self._lock:
             tenant = self.tenants.get(status.tenant_id)
