@@ -555,8 +555,9 @@ def test_first_reports_delayed_past_a_run_leave_no_stale_capacity(tmp_path: Path
 
 def test_healthz_waits_for_reconciliation_after_a_resubscription(tmp_path: Path) -> None:
     """A running task, then the stream is cut and the master fails the first RECONCILEs (the
-    explicit one and the implicit one that follows it): /healthz answers 503 "1 tasks unconfirmed since re-subscription" until the repeated
-    RECONCILE (2 s later) confirms the task, then 200."""
+    explicit one and the implicit one that follows it): /healthz answers 503 "1 tasks
+    unconfirmed since re-subscription" until the repeated RECONCILE (2 s later) confirms the
+    task, then 200."""
     from allocator.broker.proto import pb
 
     spark = tmp_path / "sleeping-spark"

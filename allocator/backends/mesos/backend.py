@@ -360,11 +360,16 @@ class MesosBackend:
                         task_id_of(spec.tenant_id, spec.executor_id), task.agent_id,
                         self.tasks.agent_return_grace)  # fmt: skip
             if self._events is not None:
-                self._events.status(TaskStatus(
-                    spec.tenant_id, spec.executor_id, ExecutorState.FAILED,
-                    f"agent {task.agent_id} unknown to the master for "
-                    f"{self.tasks.agent_return_grace:.0f} s", launched=False,
-                ))  # fmt: skip  (the agent's loss, not the tenant's failure: no rest)
+                self._events.status(
+                    TaskStatus(
+                        spec.tenant_id,
+                        spec.executor_id,
+                        ExecutorState.FAILED,
+                        f"agent {task.agent_id} unknown to the master for "
+                        f"{self.tasks.agent_return_grace:.0f} s",
+                        launched=False,
+                    )
+                )  # fmt: skip  (the agent's loss, not the tenant's failure: no rest)
             with self._lock:
                 self.offers.report_capacity(task.agent_key)
         if tasks:
