@@ -803,15 +803,6 @@ def test_a_master_restarted_without_its_registry_leaves_exactly_the_target_runni
 # ---- issue 23: role weights with one Mesos role per group -------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "issue 23, open: with one Mesos role per group the master decides which role each "
-        "agent is offered to (its own DRF, whole agents), and the broker's engine agents are "
-        "AGENT@ROLE, each eligible to one role only: the role level never compares roles, so "
-        "--role-weight has no effect (measured 11:7; 12:6 with the master's weights set to 3:1)"
-    ),
-)
 def test_role_weights_decide_the_split_between_two_mesos_roles(
     tmp_path: Path, mesos: RealMesos
 ) -> None:
@@ -825,7 +816,15 @@ def test_role_weights_decide_the_split_between_two_mesos_roles(
     DRF serves the role with the lower count/weight: pi's count p against wc's w, pi served
     while p/3 < w. It reaches (12, 4) at 16 executors (a tie: 4 = 4); from (13, 4), 13/3 > 4
     gives wc the last; from (12, 5), 4 < 5 gives pi the last: 13 and 5 whatever the ties.
-    Unweighted it would be 9 and 9."""
+    Unweighted it would be 9 and 9.
+
+    The master offers each role its own copy of an agent (whole agents, its own DRF): the
+    broker's engine agents were AGENT@ROLE, each eligible to one role only, so its role
+    level never compared the roles and the master's split stood (measured 11:7; 12:6 with
+    the master's own weights set to 3:1). Now a role whose weighted share is lower than that
+    of the role offered an agent, and whose demand fits the agent's room, takes the agent:
+    the offer is declined and the master offers it again, to the other role (measured 13:5,
+    the split settled within 10 s)."""
     with broker_on(tmp_path, mesos, roles=("pi", "wc"), spark_home=str(sleeping_spark(tmp_path)),
                    scheduler="drf", level="role", role_weights={"pi": 3.0, "wc": 1.0},
                    lease_seconds=600) as service:  # fmt: skip

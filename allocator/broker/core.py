@@ -75,6 +75,8 @@ class Broker:
         for agent in agents:
             resources.extend(r for r in agent.resources if r not in resources)
         self.engine = Engine(tuple(resources), config or EngineConfig.mesos())
+        # several Mesos roles: each is offered its own copy of an agent, which the roles contest
+        self.engine.pooled_attribute = getattr(backend, "pooled_attribute", None)
         # A backend that declares its agents up front (the embedded cluster) has a fixed
         # capacity, so a demand no agent holds is refused at registration.
         self._static_cluster = bool(agents)

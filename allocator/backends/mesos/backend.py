@@ -104,6 +104,13 @@ class MesosBackend:
         with self._lock:
             return self.offers.stats()
 
+    @property
+    def pooled_attribute(self) -> str | None:
+        """With several roles the master offers each role its own copy of an agent
+        (`AGENT@ROLE`, attribute ROLE_ATTRIBUTE): the broker's role level weighs the roles
+        against each other on every copy (Engine.pooled_attribute)."""
+        return ROLE_ATTRIBUTE if self.options.several_roles else None
+
     def tenant_constraints(self, group: str) -> dict[str, str]:
         """With several roles, a tenant runs in offers of its group's role (else the first)."""
         roles = self.options.roles
