@@ -738,9 +738,10 @@ def test_a_master_restarted_without_its_registry_leaves_exactly_the_target_runni
     1 s x 2 here, + 30 s): the tasks stay the broker's while their agents are unknown and
     are confirmed when the agents re-register (measured: 74.8 s after the restart with
     Mesos's default ping timeout, 15 s x 5, about 3 s with 1 s x 2): the same two tasks,
-    nothing launched. replace-at-once (grace 0, the old behaviour's replacement; the agent
-    daemons are stopped over the restart so that the broker's RECONCILE is surely answered
-    before they return): two replacements are launched, and the originals, back with their
+    nothing launched. (The agent daemons are stopped over the restart, their executors
+    running on, and started again once the broker has the master's answer, so that it
+    surely comes before they return.) replace-at-once (grace 0, the old behaviour's replacement): two
+    replacements are launched, and the originals, back with their
     agents, are killed (the kills recorded in the broker's state first). Either way exactly
     2 tasks of the tenant run, in the master's /master/tasks and in the broker's
     GetAllocation."""
@@ -762,16 +763,22 @@ def test_a_master_restarted_without_its_registry_leaves_exactly_the_target_runni
             (tenant,) = service.broker.allocation().tenants
             return tenant.running
 
-        if grace is not None:  # the agents stay away until the broker has given the tasks up
-            for name in mesos.agent_specs:  # (their executors run on)
-                mesos.kill_agent(name)
+        # The agent daemons stay away (their executors run on) until the broker has had the
+        # master's "unknown" answer, so that it surely comes before the agents return.
+        for name in mesos.agent_specs:
+            mesos.kill_agent(name)
         started = time.monotonic()
         mesos.restart_master()
         assert mesos.state()["slaves"] == []  # in_memory: the new master knows no agent
-        if grace is not None:
+        if grace is None:  # awaited: still the broker's, counted, nothing launched
+            book = service.broker.backend.tasks
+            wait_for(lambda: set(book.awaiting) == {"t.1", "t.2"}, 60,
+                     "the master's answer that it does not know the tasks' agent")  # fmt: skip
+            assert broker_running() == 2 and service.broker.tenants["t"].next_executor == 3
+        else:
             wait_for(lambda: broker_running() == 0, 60, "the broker to give both tasks up")
-            for name in mesos.agent_specs:  # same work dirs: the same agent ids and tasks
-                mesos.restart_agent(name)
+        for name in mesos.agent_specs:  # same work dirs: the same agent ids and tasks
+            mesos.restart_agent(name)
         mesos.wait_agents(set(mesos.agent_specs), timeout=90)
         back = time.monotonic() - started
 
@@ -787,6 +794,7 @@ def test_a_master_restarted_without_its_registry_leaves_exactly_the_target_runni
               f"states {[(t.task_id, t.states) for t in mesos.tasks()]}")  # fmt: skip
         if grace is None:
             assert tasks.agent_return_grace == 1 * 2 + 30  # read from /master/flags
+            assert tasks.awaiting == {} and service.broker.tenants["t"].next_executor == 3
         else:  # the originals were killed, and each kill recorded before it was sent
             states = {t.task_id: t.state for t in mesos.tasks()}
             assert states["t.1"] == states["t.2"] == "TASK_KILLED", states

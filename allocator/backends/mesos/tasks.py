@@ -361,9 +361,6 @@ class TaskBook:
             return self.options.agent_return_grace
         return AGENT_RETURN_GRACE_S if self.master_grace is None else self.master_grace
 
-    def awaited_on(self, agent_id: str) -> bool:
-        return any(self.tasks[t].agent_id == agent_id for t in self.awaiting if t in self.tasks)
-
     def given_up(self) -> list[Task]:
         """Tasks whose agent did not return within the grace: no longer the broker's (the
         backend reports them failed); each is an orphan, killed if its agent comes back."""
