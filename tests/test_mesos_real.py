@@ -740,9 +740,9 @@ def test_a_master_restarted_without_its_registry_leaves_exactly_the_target_runni
     Mesos's default ping timeout, 15 s x 5, about 3 s with 1 s x 2): the same two tasks,
     nothing launched. (The agent daemons are stopped over the restart, their executors
     running on, and started again once the broker has the master's answer, so that it
-    surely comes before they return.) replace-at-once (grace 0, the old behaviour's replacement): two
-    replacements are launched, and the originals, back with their
-    agents, are killed (the kills recorded in the broker's state first). Either way exactly
+    surely comes before they return.) replace-at-once (grace 0, the old behaviour's
+    replacement): two replacements are launched, and the originals, back with their agents,
+    are killed (the kills recorded in the broker's state first). Either way exactly
     2 tasks of the tenant run, in the master's /master/tasks and in the broker's
     GetAllocation."""
     spark = str(sleeping_spark(tmp_path))
