@@ -135,6 +135,11 @@ class Engine:
         self._used = np.zeros((0, n_r))  # resources allocated on each agent
         self._names: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         self._roles: list[str] = []
+        # The agent attribute naming the role an agent copy is offered to (the Mesos backend's
+        # `mesos_role` with several roles): frameworks that match an agent's other attributes
+        # contest its room whatever its role (Cluster.contested). None: no such pools.
+        self.pooled_attribute: str | None = None
+        self._contested: tuple[object, np.ndarray] | None = None  # (for which _names, matrix)
         self._dirty = True  # something changed since the last run that left nothing fitting
         self._next_filter_expiry = np.inf
         minimum = MIN_ALLOCATABLE if min_allocatable is None else min_allocatable
@@ -498,7 +503,24 @@ class Engine:
             role_of=self._role[:n_f].copy(),
             role_names=tuple(roles),
             role_weight=np.array([self.role_weights.get(r, 1.0) for r in roles]),
+            contested=self._contested_matrix(n_f, n_a),
         )
+
+    def _contested_matrix(self, n_f: int, n_a: int) -> np.ndarray | None:
+        """Cluster.contested: the constraints without the pooled attribute, recomputed only
+        when membership changes (a framework's constraints and an agent's attributes are
+        fixed while it is registered)."""
+        key = self.pooled_attribute
+        if key is None:
+            return None
+        if self._contested is None or self._contested[0] is not self._names:
+            matrix = np.zeros((n_f, n_a), dtype=bool)
+            for name, f in self._framework_slots.index.items():
+                wanted = {k: v for k, v in self.frameworks[name].constraints.items() if k != key}
+                for agent, a in self._agent_slots.index.items():
+                    matrix[f, a] = matches_constraints(self.agents[agent].attributes, wanted)
+            self._contested = (self._names, matrix)
+        return self._contested[1]
 
     def known_demand(self) -> np.ndarray:
         """(F slots, R) the demand the policy may know (NaN rows: not yet), a copy."""

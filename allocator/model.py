@@ -179,6 +179,10 @@ class Cluster:
     role_of: np.ndarray  # (F,) int index into role_names
     role_names: tuple[str, ...]
     role_weight: np.ndarray | None = None  # (G,) weight of each role; default 1
+    # (F, A) bool: frameworks that could use the agent's room were it offered to their role
+    # (Mesos roles, each offered its own copy of an agent: `Engine.pooled_attribute`);
+    # None: roles never share an agent's room.
+    contested: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.role_weight is None:

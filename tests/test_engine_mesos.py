@@ -149,3 +149,36 @@ def test_online_rrr_fills_each_agent_before_the_next():
         progressive_fill(static, scheduler("psdsf").criterion(), "rrr",
                          np.random.default_rng(seed), agent_pass=True)  # fmt: skip
         assert state.tasks.tolist() == static.tasks.tolist()
+
+
+def _two_roles(pooled: bool, wc_wants: int = 4) -> Engine:
+    """Mesos with roles pi (weight 3) and wc: agent P's copy offered to pi holds pi's three
+    running tasks (no room left), agent A's whole remainder (8 cpus, 8 GiB) is offered to pi,
+    its wc copy has nothing. wc holds nothing and wants 4 tasks; pi wants 10."""
+    e = Engine(("cpus", "mem"), EngineConfig.mesos("drf", role_weights={"pi": 3.0}))
+    if pooled:
+        e.pooled_attribute = "mesos_role"
+    e.add_agent("P@pi", {"cpus": 6, "mem": 6144}, {"mesos_role": "pi"})
+    e.add_agent("A@pi", {"cpus": 8, "mem": 8192}, {"mesos_role": "pi"})
+    e.add_agent("A@wc", {"cpus": 0, "mem": 0}, {"mesos_role": "wc"}, empty=True)
+    for name, role, target in (("p", "pi", 10), ("w", "wc", wc_wants)):
+        e.register(name, {"cpus": 2, "mem": 1024}, role=role, target=target,
+                   constraints={"mesos_role": role}, require_fit=False)  # fmt: skip
+    e.adopt("p", "P@pi", 3)
+    return e
+
+
+def test_a_role_lower_than_the_one_offered_an_agent_takes_it_from_that_role():
+    """Issue 23: each Mesos role is offered its own copy of an agent. pi (weight 3) holds 3
+    tasks of 2 of the 14 cpus: weighted dominant share (6/14)/3 = 0.14; wc holds none: 0.
+    A is offered to pi. Without pooling pi fills A (4 tasks: wc can never be compared with
+    it there); pooled, wc is lower and its 2 cpus / 1 GiB fit A's room: pi is served nothing
+    on A, A's offer goes back (for Mesos to offer to wc). When wc wants nothing, pi takes
+    A."""
+    grants = _two_roles(pooled=False).allocate(0.0)
+    assert {(g.framework, g.agent) for g in grants} == {("p", "A@pi")}
+    assert sum(g.tasks for g in grants) == 4
+    assert _two_roles(pooled=True).allocate(0.0) == []
+    grants = _two_roles(pooled=True, wc_wants=0).allocate(0.0)
+    assert {(g.framework, g.agent) for g in grants} == {("p", "A@pi")}
+    assert sum(g.tasks for g in grants) == 4

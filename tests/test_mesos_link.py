@@ -554,9 +554,10 @@ def test_first_reports_delayed_past_a_run_leave_no_stale_capacity(tmp_path: Path
 
 
 def test_healthz_waits_for_reconciliation_after_a_resubscription(tmp_path: Path) -> None:
-    """A running task, then the stream is cut and the master fails the first RECONCILE:
-    /healthz answers 503 "1 tasks unconfirmed since re-subscription" until the repeated
-    RECONCILE (2 s later) confirms the task, then 200."""
+    """A running task, then the stream is cut and the master fails the first RECONCILEs (the
+    explicit one and the implicit one that follows it): /healthz answers 503 "1 tasks
+    unconfirmed since re-subscription" until the repeated RECONCILE (2 s later) confirms the
+    task, then 200."""
     from allocator.broker.proto import pb
 
     spark = tmp_path / "sleeping-spark"
@@ -576,8 +577,9 @@ def test_healthz_waits_for_reconciliation_after_a_resubscription(tmp_path: Path)
         wait_for(lambda: _healthz(service)[0] == 200, 30, "healthy")
         reconciles = len(master.calls("RECONCILE"))
         master.fail_next_call("RECONCILE")
+        master.fail_next_call("RECONCILE")
         master.drop_stream()
-        wait_for(lambda: len(master.calls("RECONCILE")) > reconciles, 30, "a RECONCILE")
+        wait_for(lambda: len(master.calls("RECONCILE")) > reconciles + 1, 30, "two RECONCILEs")
         status, body = _healthz(service)
         assert status == 503 and body["unreconciled_tasks"] == 1, body
         assert body["reason"].startswith("1 tasks unconfirmed since re-subscription"), body

@@ -102,7 +102,7 @@ def broker_on(tmp_path: Path, mesos: RealMesos, **options):
     from allocator.backends.mesos import MesosBackend, MesosOptions
     from allocator.broker.server import BrokerOptions, BrokerService
 
-    mesos_keys = {"roles", "spark_home", "agents_look_seconds", "kill_grace"}
+    mesos_keys = {"roles", "spark_home", "agents_look_seconds", "kill_grace", "agent_return_grace"}
     backend = MesosBackend(MesosOptions(
         master=mesos.address, state_dir=tmp_path / "broker",
         **{k: v for k, v in options.items() if k in mesos_keys},
@@ -709,3 +709,139 @@ def test_two_spark_jobs_at_once_both_hold_executors_while_both_run(
         asked = re.findall(r"fairbroker: the broker reclaims executors \[([^\]]*)\]", log)
         decommissioned = {e.strip() for line in asked for e in line.split(",")}
         assert decommissioned <= watch.leaving.get(group, set()), (group, asked, watch.leaving)
+
+
+# ---- issue 23: a master restarted with an in-memory registry -----------------------------
+
+
+def stored_kills(state_dir: Path) -> int:
+    """Kill intents in the broker's state file now (read-only, beside the running broker)."""
+    import sqlite3
+
+    db = sqlite3.connect(f"{(state_dir / 'broker.sqlite').resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        return db.execute("SELECT count(*) FROM kills").fetchone()[0]
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("grace", [None, 0.0], ids=["await-agents", "replace-at-once"])
+def test_a_master_restarted_without_its_registry_leaves_exactly_the_target_running(
+    tmp_path: Path, grace: float | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 23: with `--registry=in_memory` a restarted master knows no agent; the
+    broker's RECONCILE is answered at once "Reconciliation: Task is unknown" (TASK_LOST,
+    REASON_RECONCILIATION), and the broker used to replace both executors; when the agents
+    re-registered the originals came back and were never killed: 4 tasks for a target of 2.
+
+    await-agents (agent_return_grace from the master's flags, the default: ping timeout
+    1 s x 2 here, + 30 s): the tasks stay the broker's while their agents are unknown and
+    are confirmed when the agents re-register (measured: 74.8 s after the restart with
+    Mesos's default ping timeout, 15 s x 5, about 3 s with 1 s x 2): the same two tasks,
+    nothing launched. (The agent daemons are stopped over the restart, their executors
+    running on, and started again once the broker has the master's answer, so that it
+    surely comes before they return.) replace-at-once (grace 0, the old behaviour's
+    replacement): two replacements are launched, and the originals, back with their agents,
+    are killed (the kills recorded in the broker's state first). Either way exactly
+    2 tasks of the tenant run, in the master's /master/tasks and in the broker's
+    GetAllocation."""
+    spark = str(sleeping_spark(tmp_path))
+    with RealMesos(AGENTS, work_dir=tmp_path / "mesos", registry="in_memory",
+                   agent_ping_timeout=1) as mesos, \
+            broker_on(tmp_path, mesos, spark_home=spark, agents_look_seconds=1.0,
+                      agent_return_grace=grace, scheduler="drf",
+                      lease_seconds=600) as service:  # fmt: skip
+        register(service, "t", 2, 1024, target=2)
+        running = lambda: sorted(t.task_id for t in mesos.tasks("TASK_RUNNING"))  # noqa: E731
+        wait_for(lambda: running() == ["t.1", "t.2"], 60, "two tasks running")
+
+        def master_tasks() -> list[str]:  # the operator API's own list, this framework's
+            answer = requests.get(f"{mesos.url}/master/tasks", timeout=10).json()
+            return sorted(t["id"] for t in answer["tasks"] if t["state"] == "TASK_RUNNING")
+
+        def broker_running() -> int:
+            (tenant,) = service.broker.allocation().tenants
+            return tenant.running
+
+        # The agent daemons stay away (their executors run on) until the broker has had the
+        # master's "unknown" answer, so that it surely comes before the agents return.
+        for name in mesos.agent_specs:
+            mesos.kill_agent(name)
+        started = time.monotonic()
+        mesos.restart_master()
+        assert mesos.state()["slaves"] == []  # in_memory: the new master knows no agent
+        if grace is None:  # awaited: still the broker's, counted, nothing launched
+            book = service.broker.backend.tasks
+            wait_for(lambda: set(book.awaiting) == {"t.1", "t.2"}, 60,
+                     "the master's answer that it does not know the tasks' agent")  # fmt: skip
+            assert broker_running() == 2 and service.broker.tenants["t"].next_executor == 3
+        else:
+            wait_for(lambda: broker_running() == 0, 60, "the broker to give both tasks up")
+        for name in mesos.agent_specs:  # same work dirs: the same agent ids and tasks
+            mesos.restart_agent(name)
+        mesos.wait_agents(set(mesos.agent_specs), timeout=90)
+        back = time.monotonic() - started
+
+        expected = ["t.1", "t.2"] if grace is None else ["t.3", "t.4"]
+        wait_for(lambda: master_tasks() == expected and broker_running() == 2, 90,
+                 f"exactly {expected} running at the master and 2 in GetAllocation")  # fmt: skip
+        for _ in range(10):  # and it stays so (a late re-registration would show here)
+            time.sleep(0.5)
+            assert master_tasks() == expected and broker_running() == 2
+        tasks = service.broker.backend.tasks
+        print(f"grace {tasks.agent_return_grace:g} s: agents back {back:.1f} s after the "
+              f"restart; running {master_tasks()}; "
+              f"states {[(t.task_id, t.states) for t in mesos.tasks()]}")  # fmt: skip
+        if grace is None:
+            assert tasks.agent_return_grace == 1 * 2 + 30  # read from /master/flags
+            assert tasks.awaiting == {} and service.broker.tenants["t"].next_executor == 3
+        else:  # the originals were killed, and each kill recorded before it was sent
+            states = {t.task_id: t.state for t in mesos.tasks()}
+            assert states["t.1"] == states["t.2"] == "TASK_KILLED", states
+            for task_id in ("t.1", "t.2"):
+                assert f"killing task {task_id} on agent" in caplog.text
+            # (the order, record then KILL, is tests/test_mesos_tasks.py's): each row is
+            # deleted at the task's TASK_KILLED
+            wait_for(lambda: not service.broker.backend.tasks.unwanted
+                     and stored_kills(tmp_path / "broker") == 0, 30,
+                     "the recorded kills forgotten at TASK_KILLED")  # fmt: skip
+        assert service.broker.tenants["t"].standing.rests == {}
+
+
+# ---- issue 23: role weights with one Mesos role per group -------------------------------
+
+
+def test_role_weights_decide_the_split_between_two_mesos_roles(
+    tmp_path: Path, mesos: RealMesos
+) -> None:
+    """Two tenants in two Mesos roles (pi, wc), role weights pi=3, wc=1 (level=role, DRF),
+    the same demand 2 cpus / 1024 MiB, 100 executors wanted each.
+
+    The six agents hold, for this demand, min(cpus/2, mem/1024) executors each:
+    t1 4 cpus / 7168 MiB: min(2, 7) = 2; t2 8 / 4096: min(4, 4) = 4; t3 6 / 5632:
+    min(3, 5.5) = 3; two of each: 2 x (2 + 4 + 3) = 18 executors in all. Every executor has
+    the same dominant share (cpus: 2/36 of the 36 cpus, above mem's 1024/33792), so weighted
+    DRF serves the role with the lower count/weight: pi's count p against wc's w, pi served
+    while p/3 < w. It reaches (12, 4) at 16 executors (a tie: 4 = 4); from (13, 4), 13/3 > 4
+    gives wc the last; from (12, 5), 4 < 5 gives pi the last: 13 and 5 whatever the ties.
+    Unweighted it would be 9 and 9.
+
+    The master offers each role its own copy of an agent (whole agents, its own DRF): the
+    broker's engine agents were AGENT@ROLE, each eligible to one role only, so its role
+    level never compared the roles and the master's split stood (measured 11:7; 12:6 with
+    the master's own weights set to 3:1). Now a role whose weighted share is lower than that
+    of the role offered an agent, and whose demand fits the agent's room, takes the agent:
+    the offer is declined and the master offers it again, to the other role (measured 13:5,
+    the split settled within 10 s)."""
+    with broker_on(tmp_path, mesos, roles=("pi", "wc"), spark_home=str(sleeping_spark(tmp_path)),
+                   scheduler="drf", level="role", role_weights={"pi": 3.0, "wc": 1.0},
+                   lease_seconds=600) as service:  # fmt: skip
+        register(service, "p", 2, 1024, target=100, group="pi")
+        register(service, "w", 2, 1024, target=100, group="wc")
+        count = lambda: Counter(t.task_id.split(".")[0]  # noqa: E731
+                                for t in mesos.tasks("TASK_RUNNING"))  # fmt: skip
+        wait_for(lambda: sum(count().values()) == 18, 60, "the 18 executors that fit")
+        time.sleep(3)  # settled: nothing more fits, nothing is replaced
+        held = count()
+        print(f"pi {held['p']}, wc {held['w']}")
+        assert (held["p"], held["w"]) == (13, 5), held

@@ -204,3 +204,88 @@ def test_a_launch_that_never_ran_is_reported_failed_once() -> None:
         "pi", "1", ExecutorState.FAILED, "offer no longer held"
     )
     assert tasks.lost("pi.1", "again") is None and tasks.tasks == {}
+
+
+# ---- issue 23: tasks the broker does not want, and agents the master does not know -------
+
+
+class Ledger:
+    """A KillLedger that shares the master's call log, so the order is visible."""
+
+    def __init__(self, master: Master, stored: dict[str, str] | None = None) -> None:
+        self.master, self.stored = master, dict(stored or {})
+
+    def record_kill(self, task_id: str, agent_id: str, reason: str) -> None:
+        self.master.calls.append(("record_kill", (task_id, agent_id)))
+        self.stored[task_id] = agent_id
+
+    def forget_kill(self, task_id: str) -> None:
+        self.master.calls.append(("forget_kill", (task_id,)))
+        del self.stored[task_id]
+
+    def kills(self) -> dict[str, str]:
+        return dict(self.stored)
+
+
+UNKNOWN = {"source": "SOURCE_MASTER", "reason": "REASON_RECONCILIATION",
+           "message": "Reconciliation: Task is unknown", "agent_id": {"value": "S1"}}  # fmt: skip
+
+
+def test_a_running_task_the_broker_does_not_know_is_killed_after_its_kill_is_recorded() -> None:
+    tasks, master = book()
+    tasks.ledger = Ledger(master)
+    tasks.launch(spec("3"), "h1")
+    running = {"source": "SOURCE_MASTER", "agent_id": {"value": "S1"}}
+    tasks.update("pi.1", "TASK_RUNNING", running)  # before recovery: maybe about to be adopted
+    assert master.calls == [] and tasks.unclaimed == {"pi.1": "S1"}
+    tasks.recovery_done()
+    assert [name for name, _ in master.calls] == ["record_kill", "killTask"]
+    assert master.kills() == [("pi.1", "S1")] and tasks.unwanted == {"pi.1": "S1"}
+    assert tasks.update("pi.3", "TASK_RUNNING", running) is not None  # its own: kept
+    tasks.update("pi.2", "TASK_RUNNING", running)  # after recovery: killed at once
+    assert master.kills() == [("pi.1", "S1"), ("pi.2", "S1")]
+    tasks.subscribed_again()  # re-sent until they end
+    assert sorted(master.kills()[2:]) == [("pi.1", "S1"), ("pi.2", "S1")]
+    tasks.update("pi.1", "TASK_LOST", UNKNOWN)  # the master cannot see it: not an ending
+    assert "pi.1" in tasks.unwanted
+    tasks.update("pi.1", "TASK_KILLED", {"source": "SOURCE_EXECUTOR"})
+    assert "pi.1" not in tasks.unwanted and tasks.ledger.kills() == {"pi.2": "S1"}
+
+
+def test_kills_recorded_by_the_previous_run_are_sent_again() -> None:
+    tasks, master = book()
+    tasks.ledger = Ledger(master, {"pi.7": "S4"})
+    tasks.recovery_done()
+    assert master.kills() == [("pi.7", "S4")]
+
+
+def test_a_task_whose_agent_the_master_does_not_know_waits_for_it_then_is_replaced() -> None:
+    clock = [100.0]
+    master = Master()
+    opts = MesosOptions(master="m:5050", spark_home="/opt/spark", agent_return_grace=30.0)
+    tasks = TaskBook(opts, master, clock=lambda: clock[0])
+    tasks.ledger = Ledger(master)
+    tasks.recovery_done()
+    tasks.launch(spec("1"), "h1")
+    tasks.launch(spec("2"), "h1")
+    tasks.subscribed_again()
+    # "unknown": the master does not know S1 (yet): not reported, still counted, reconciled
+    assert tasks.update("pi.1", "TASK_LOST", UNKNOWN) is None
+    assert tasks.update("pi.2", "TASK_UNKNOWN", UNKNOWN) is None
+    assert set(tasks.tasks) == {"pi.1", "pi.2"} and tasks.unconfirmed == {"pi.1", "pi.2"}
+    clock[0] += 20
+    assert tasks.given_up() == []
+    assert tasks.update("pi.1", "TASK_RUNNING", {"source": "SOURCE_MASTER"}) is not None
+    clock[0] += 10  # the grace is over for pi.2 only
+    (gone,) = tasks.given_up()
+    assert gone.spec.executor_id == "2" and set(tasks.tasks) == {"pi.1"}
+    assert tasks.orphans == {"pi.2": "S1"} and master.kills() == []
+    tasks.update("pi.2", "TASK_RUNNING", {"source": "SOURCE_MASTER"})  # back after all
+    assert master.kills() == [("pi.2", "S1")] and tasks.ledger.kills() == {"pi.2": "S1"}
+
+
+def test_unknown_to_a_known_agent_is_final() -> None:
+    tasks, _ = book()
+    tasks.launch(spec("1"), "h1")
+    gone = {**UNKNOWN, "message": "Reconciliation: Task is unknown to the agent"}
+    assert tasks.update("pi.1", "TASK_LOST", gone) is not None and tasks.awaiting == {}

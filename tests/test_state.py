@@ -292,3 +292,34 @@ def test_http_answers_503_when_the_state_cannot_be_written(tmp_path) -> None:
         ).encode()  # fmt: skip
         status, reply = http(service, "Register", body, token=None)
     assert status == 503 and reply["code"] == "UNAVAILABLE"
+
+
+def test_kill_intents_survive_a_restart_until_forgotten(tmp_path) -> None:
+    """Issue 23: the KILL of a task the broker does not want is on disk before it is sent;
+    the next start reads it back (to send it again); a forgotten one is gone. A file of the
+    previous schema (no kills table) opens with none."""
+    path = tmp_path / "broker.sqlite"
+    store = Store(path)
+    assert store.kills() == {}
+    store.record_kill("pi.1", "S1", "given up with its agent, since replaced")
+    store.record_kill("pi.2", "", "abandoned")
+    store.close()
+    store = Store(path)
+    assert store.kills() == {"pi.1": "S1", "pi.2": ""}
+    store.forget_kill("pi.1")
+    store.close()
+    store = Store(path)
+    assert store.kills() == {"pi.2": ""}
+    store.close()
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE kills")
+    db.execute("PRAGMA user_version = 4")
+    db.commit()
+    db.close()
+    store = Store(path)
+    assert store.kills() == {}
+    store.record_kill("pi.3", "S2", "x")
+    store.close()
+    store = Store(path)
+    assert store.kills() == {"pi.3": "S2"}
+    store.close()

@@ -52,7 +52,8 @@ class TaskStatus:
     state: ExecutorState
     message: str = ""
     # False: the executor was never handed to the cluster because the backend no longer
-    # held room for it (a Mesos offer gone before its ACCEPT): the broker's failure, not
+    # held room for it (a Mesos offer gone before its ACCEPT), or it was given up with an
+    # agent the Mesos master no longer knows: the broker's or the cluster's failure, not
     # the tenant's, so it never counts toward crash-loop protection.
     launched: bool = True
 
@@ -63,8 +64,22 @@ class NoRoom(Exception):
     back without resting the tenant, and the backend has reported the agent's capacity."""
 
 
+class KillLedger(Protocol):
+    """Where a backend records the KILLs of cluster tasks the broker does not want, before
+    sending them (the broker's state file); a restarted broker sends them again."""
+
+    def record_kill(self, task_id: str, agent_id: str, reason: str) -> None:
+        """Raises (the store's StoreError) when it cannot be recorded."""
+
+    def forget_kill(self, task_id: str) -> None: ...
+
+    def kills(self) -> dict[str, str]:
+        """The kills recorded before this start: task id -> agent id ('' when unknown)."""
+
+
 class BackendEvents(Protocol):
-    """What a backend reports to the broker (from any thread)."""
+    """What a backend reports to the broker (from any thread). `kill_ledger` (optional, a
+    KillLedger) is where the backend records kills of tasks the broker does not want."""
 
     def status(self, status: TaskStatus) -> None:
         """An executor changed state."""

@@ -75,6 +75,8 @@ class Broker:
         for agent in agents:
             resources.extend(r for r in agent.resources if r not in resources)
         self.engine = Engine(tuple(resources), config or EngineConfig.mesos())
+        # several Mesos roles: each is offered its own copy of an agent, which the roles contest
+        self.engine.pooled_attribute = getattr(backend, "pooled_attribute", None)
         # A backend that declares its agents up front (the embedded cluster) has a fixed
         # capacity, so a demand no agent holds is refused at registration.
         self._static_cluster = bool(agents)
@@ -409,6 +411,12 @@ class Broker:
             self._loop.poke()
 
     # ---- backend events (BackendEvents) ---------------------------------------------------
+    @property
+    def kill_ledger(self) -> Store:
+        """Where the backend records kills of tasks the broker does not want (the store's
+        own lock, never the broker's: the backend records under its lock)."""
+        return self.store
+
     def status(self, status: TaskStatus) -> None:
         with self._lock:
             tenant = self.tenants.get(status.tenant_id)

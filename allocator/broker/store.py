@@ -51,8 +51,8 @@ from allocator.errors import FairbrokerError
 log = logging.getLogger(__name__)
 
 # 1: before write-ahead executor rows and the meta table; 2: before executor_ids; 3: before
-# reclaims
-SCHEMA_VERSION = 4
+# reclaims; 4: before kills
+SCHEMA_VERSION = 5
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tenants (
   tenant_id TEXT PRIMARY KEY, request BLOB NOT NULL, target INTEGER NOT NULL,
@@ -71,7 +71,13 @@ CREATE TABLE IF NOT EXISTS reclaims (
   tenant_id TEXT NOT NULL, executor_id TEXT NOT NULL, beneficiary TEXT NOT NULL,
   placement TEXT NOT NULL, deadline REAL NOT NULL, PRIMARY KEY (tenant_id, executor_id)
 );
+CREATE TABLE IF NOT EXISTS kills (
+  task_id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, reason TEXT NOT NULL, at REAL NOT NULL
+);
 """
+# kills: cluster tasks the broker does not want (not, or no longer, one of its executors: a
+# task that reappeared after the broker replaced it), written before the KILL is sent and
+# deleted at the task's terminal update; a restarted broker sends them again.
 # reclaims: executors asked to leave (issue 22), written before anyone is told, with the unix
 # time after which the broker kills them; a row goes with its executor's.
 # executor_ids: the next executor id of every tenant id ever stored, kept after the tenant is
@@ -120,6 +126,7 @@ class _Loaded:
     tenants: list[StoredTenant] = field(default_factory=list)
     executors: list[tuple[LaunchSpec, str]] = field(default_factory=list)
     reclaims: list[StoredReclaim] = field(default_factory=list)
+    kills: dict[str, str] = field(default_factory=dict)  # task id -> agent id ('' unknown)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what a recovery did beyond dropping rows
 
@@ -424,6 +431,9 @@ class Store:
                     StoredReclaim(tenant_id, executor_id, str(beneficiary), str(placement),
                                   float(deadline))
                 )  # fmt: skip
+        with contextlib.suppress(sqlite3.DatabaseError):  # absent from an older schema's file
+            for task_id, agent_id in db.execute("SELECT task_id, agent_id FROM kills"):
+                loaded.kills[str(task_id)] = str(agent_id)
         # A tenant's next id is past every id stored for it, whichever row says so.
         floor: dict[str, int] = {}
         # absent from a file of an older schema (migrated at open) or one being salvaged
@@ -468,8 +478,10 @@ class Store:
             self.save_executor(spec, handle)
         for reclaim in kept.reclaims:
             self.record_reclaim(reclaim)
+        for task_id, agent_id in kept.kills.items():
+            self.record_kill(task_id, agent_id, "kept at recovery")
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        self._loaded = _Loaded(kept.tenants, kept.executors, kept.reclaims)
+        self._loaded = _Loaded(kept.tenants, kept.executors, kept.reclaims, kept.kills)
         dropped = "; ".join(one_line(p) for p in problems + kept.problems)
         notes = "".join(f"; {one_line(note)}" for note in kept.notes)
         self.recovery_report = (
@@ -490,6 +502,10 @@ class Store:
     def reclaims(self) -> list[StoredReclaim]:
         """Stored executors being reclaimed (each of a stored executor)."""
         return list(self._loaded.reclaims)
+
+    def kills(self) -> dict[str, str]:
+        """Stored kill intents: task id -> agent id ('' when unknown)."""
+        return dict(self._loaded.kills)
 
     def next_executor(self, tenant_id: str) -> int:
         """The first executor id never stored for `tenant_id` (1 if none ever was), whether
@@ -595,6 +611,15 @@ class Store:
             ("INSERT OR REPLACE INTO reclaims VALUES (?, ?, ?, ?, ?)",
              (*key, reclaim.beneficiary, reclaim.placement, reclaim.deadline)),
         )  # fmt: skip
+
+    def record_kill(self, task_id: str, agent_id: str, reason: str) -> None:
+        """Write-ahead for a KILL of a task the broker does not want: on disk before the
+        KILL is sent, so a restarted broker sends it again."""
+        self._run("INSERT OR REPLACE INTO kills VALUES (?, ?, ?, ?)",
+                  task_id, agent_id, reason[:500], time.time())  # fmt: skip
+
+    def forget_kill(self, task_id: str) -> None:
+        self._run("DELETE FROM kills WHERE task_id = ?", task_id)
 
     def delete_executor(self, tenant_id: str, executor_id: str) -> None:
         key = (tenant_id, executor_id)

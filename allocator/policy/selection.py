@@ -80,11 +80,31 @@ class Selector:
 
     def _lowest_role(self, candidates: np.ndarray, agent: int | None) -> np.ndarray:
         """Narrow candidate frameworks to the role with the lowest aggregate criterion
-        (at `agent` for per-agent criteria); ties between roles are broken at random."""
-        role_of = self.state.cluster.role_of
-        roles = np.zeros(len(self.state.cluster.role_names), dtype=bool)
+        (at `agent` for per-agent criteria); ties between roles are broken at random.
+
+        With contested agents (Cluster.contested: each Mesos role is offered its own copy of
+        an agent), a role lower than every candidate's that wants a task and fits in this
+        agent's room, but is not offered it, takes the agent from the candidates: none of
+        them is served here (the offer goes back, and Mesos can offer the room to that
+        role). Without that, each role only ever sees its own offers, and role weights
+        would never decide anything."""
+        state = self.state
+        role_of = state.cluster.role_of
+        n_roles = len(state.cluster.role_names)
+        roles = np.zeros(n_roles, dtype=bool)
         roles[role_of[candidates]] = True
-        role = pick_lowest(self.criterion.role_column(self.state, agent), roles, self.rng)
+        values = self.criterion.role_column(state, agent)
+        contested = state.cluster.contested
+        if contested is not None and agent is not None:
+            room = state.residual[agent] + state.tol
+            rivals = state.wanting() & contested[:, agent] & (state.fit_demand <= room).all(axis=1)
+            contending = roles.copy()
+            contending[role_of[rivals]] = True
+            low = values[contending].min()
+            roles &= values <= low + RELATIVE_TIE * max(1.0, abs(low))
+            if not roles.any():
+                return np.zeros_like(candidates)
+        role = pick_lowest(values, roles, self.rng)
         return candidates & (role_of == role)
 
     def _framework_at(self, agent: int) -> int:

@@ -10,7 +10,8 @@ tests that need it skip.
         mesos.tasks("TASK_RUNNING"), mesos.kill_agent("t1-a"), mesos.restart_agent("t1-a")
 
 The master keeps a replicated-log registry in its work dir (a restart keeps agents and
-frameworks). With `zk=` (a `ZooKeeper` on loopback, Debian's `zookeeper` package) the master
+frameworks), or with `registry="in_memory"` none (a restarted master knows no agent until
+each re-registers). With `zk=` (a `ZooKeeper` on loopback, Debian's `zookeeper` package) the master
 is elected through ZooKeeper and the agents find it there (`zk://`), as in a real
 fail-over set-up. Each agent listens on its own 127.0.1.x address and free port with its own
 work and runtime dirs. Every process started here is stopped by pid at teardown, and so
@@ -190,6 +191,7 @@ class RealMesos:
         max_agent_ping_timeouts: int = 2,
         master_flags: Iterable[str] = (),
         zk: str | None = None,
+        registry: str = "replicated_log",
     ) -> None:
         home = mesos_home()
         if home is None:
@@ -199,6 +201,9 @@ class RealMesos:
         self.agent_specs = {a.name: a for a in agents}
         self.port = free_port()
         self.zk = zk  # zk://HOST:PORT/PATH: masters elected there, agents find them there
+        # replicated_log: a restarted master recovers its agents (and waits for them to
+        # re-register); in_memory: it starts with none and admits them as they re-register
+        self.registry = registry
         flags = [
             f"--allocation_interval={allocation_interval}secs",
             *master_flags,
@@ -237,7 +242,8 @@ class RealMesos:
         self._master = self._spawn("master", [
             str(self.home / "bin" / "mesos-master"), "--ip=127.0.0.1", "--hostname=127.0.0.1",
             f"--port={self.port}", f"--work_dir={self.work_dir / 'master'}",
-            "--registry=replicated_log", "--quorum=1", *self._master_flags,
+            f"--registry={self.registry}",
+            *(["--quorum=1"] if self.registry == "replicated_log" else []), *self._master_flags,
             *([f"--zk={self.zk}"] if self.zk else []),
         ])  # fmt: skip
         # with ZooKeeper a restarted master waits for the killed one's session to expire

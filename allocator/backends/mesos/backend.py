@@ -30,10 +30,10 @@ from allocator.backends.base import (
     TaskStatus,
 )
 from allocator.backends.mesos.driver import pymesos_driver
-from allocator.backends.mesos.link import Subscription
+from allocator.backends.mesos.link import Subscription, agent_silence_seconds
 from allocator.backends.mesos.offers import OfferBook, scalars
-from allocator.backends.mesos.options import ROLE_ATTRIBUTE, MesosOptions
-from allocator.backends.mesos.tasks import TERMINAL, TaskBook
+from allocator.backends.mesos.options import AGENT_RETURN_MARGIN_S, ROLE_ATTRIBUTE, MesosOptions
+from allocator.backends.mesos.tasks import TERMINAL, TaskBook, task_id_of
 from allocator.errors import FairbrokerError
 
 log = logging.getLogger(__package__)
@@ -71,6 +71,9 @@ class MesosBackend:
                                 self._lock)  # fmt: skip
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
+        # Mesos agent ids seen (offered, or listed by the master) since this subscription: a
+        # new one may bring back tasks the broker gave up or never had (implicit RECONCILE)
+        self._agents_seen: set[str] = set()
         self.torn_down = False  # set by stop(kill_executors=True) once the master confirms
 
     @property
@@ -80,6 +83,9 @@ class MesosBackend:
     # ---- Backend -----------------------------------------------------------------------
     def start(self, events: BackendEvents) -> None:
         self._events = self.offers.events = events
+        ledger = getattr(events, "kill_ledger", None)
+        if ledger is not None:
+            self.tasks.ledger = ledger
         self.subscription.connect()
         self._watchdog = threading.Thread(target=self._watch, name="mesos-watchdog", daemon=True)
         self._watchdog.start()
@@ -97,6 +103,13 @@ class MesosBackend:
         """Offers held now and counted by outcome (for the metrics)."""
         with self._lock:
             return self.offers.stats()
+
+    @property
+    def pooled_attribute(self) -> str | None:
+        """With several roles the master offers each role its own copy of an agent
+        (`AGENT@ROLE`, attribute ROLE_ATTRIBUTE): the broker's role level weighs the roles
+        against each other on every copy (Engine.pooled_attribute)."""
+        return ROLE_ATTRIBUTE if self.options.several_roles else None
 
     def tenant_constraints(self, group: str) -> dict[str, str]:
         """With several roles, a tenant runs in offers of its group's role (else the first)."""
@@ -171,7 +184,10 @@ class MesosBackend:
         return True
 
     def reconcile(self, adopted: set[tuple[str, str]], abandoned: list[LaunchSpec]) -> None:
-        self.tasks.kill_abandoned(abandoned)
+        with self._lock:
+            self.tasks.kill_abandoned(abandoned)
+            self.tasks.recovery_done()
+        self._reconcile(implicit=True)  # every task the master knows, to find the unwanted
 
     def stop(self, kill_executors: bool = True) -> None:
         self._stop.set()
@@ -208,8 +224,9 @@ class MesosBackend:
             self.subscription.subscribed_again()
             self.offers.forget_offers()
             self.tasks.subscribed_again()
+            self._agents_seen.clear()
         self._emit()
-        self._reconcile()
+        self._reconcile(implicit=True)
 
     @_guarded
     def disconnected(self, driver: Any) -> None:
@@ -230,11 +247,15 @@ class MesosBackend:
         self.subscription.heard()
         with self._lock:
             self.subscription.has_agents = True
+            new = False
             for raw in offers:
                 offer = self.offers.receive(raw)
                 if offer is not None:
                     self.tasks.kill_orphans(offer.agent_id)
+                    new |= self._seen(offer.agent_id)
         self._emit()
+        if new:
+            self._reconcile(implicit=True, now=True)
 
     @_guarded
     def offerRescinded(self, driver: Any, offer_id: dict) -> None:
@@ -316,12 +337,50 @@ class MesosBackend:
         if status is not None and self._events is not None:
             self._events.status(dataclasses.replace(status, launched=launched))
 
-    def _reconcile(self) -> None:
+    def _seen(self, agent_id: str) -> bool:
+        """Note an agent seen since this subscription; whether it is new."""
+        new = agent_id not in self._agents_seen
+        self._agents_seen.add(agent_id)
+        return new
+
+    def _reconcile(self, implicit: bool = False, now: bool = False) -> None:
         """Explicit reconciliation of the tasks the master has not confirmed since this
-        subscription; repeated by the watchdog with back-off until none is left."""
+        subscription (repeated by the watchdog with back-off until none is left; `now`: an
+        extra one, the back-off unchanged); `implicit`: also an empty RECONCILE, which the
+        master answers with every task of the framework it knows, so a task the broker
+        does not want is seen (and killed) even if nothing else would report it."""
         with self._lock:
-            bodies = self.tasks.reconcile_bodies(time.monotonic())
-        self.subscription.call("reconcileTasks", bodies)
+            bodies = self.tasks.reconcile_bodies(time.monotonic(), schedule=not now)
+        if bodies:
+            self.subscription.call("reconcileTasks", bodies)
+        if implicit:
+            self.subscription.call("reconcileTasks", [])
+
+    def _give_up(self) -> None:
+        """Tasks whose agent the master still does not know after the grace: reported
+        failed (the broker replaces them); each is killed if its agent comes back."""
+        with self._lock:
+            tasks = self.tasks.given_up()
+        for task in tasks:
+            spec = task.spec
+            log.warning("task %s: its agent %s did not re-register within %.0f s; replacing it",
+                        task_id_of(spec.tenant_id, spec.executor_id), task.agent_id,
+                        self.tasks.agent_return_grace)  # fmt: skip
+            if self._events is not None:
+                self._events.status(
+                    TaskStatus(
+                        spec.tenant_id,
+                        spec.executor_id,
+                        ExecutorState.FAILED,
+                        f"agent {task.agent_id} unknown to the master for "
+                        f"{self.tasks.agent_return_grace:.0f} s",
+                        launched=False,
+                    )
+                )  # fmt: skip  (the agent's loss, not the tenant's failure: no rest)
+            with self._lock:
+                self.offers.report_capacity(task.agent_key)
+        if tasks:
+            self._emit()
 
     def _watch(self) -> None:
         """pymesos does not notice a silent master: reconnect after missed heartbeats. Also
@@ -334,6 +393,7 @@ class MesosBackend:
                 look = self.subscription.look_due(now)
             if reconcile:
                 self._reconcile()
+            self._give_up()
             if look:
                 self._look_at_agents()
             if self.subscription.heartbeats_missed():
@@ -344,6 +404,12 @@ class MesosBackend:
         """Ask the leading master which agents it has: a master restarted without its
         registry has none, and the broker says so in its health; adopted executors' agents
         get their hostnames before any offer arrives."""
+        if self.tasks.master_grace is None:
+            flags = self.subscription.master_flags()
+            silence = agent_silence_seconds(flags) if flags is not None else None
+            if silence is not None:
+                with self._lock:
+                    self.tasks.master_grace = silence + AGENT_RETURN_MARGIN_S
         slaves = self.subscription.master_agents()
         if slaves is None:
             return
@@ -352,6 +418,8 @@ class MesosBackend:
             if not slaves:
                 log.warning("subscribed, but the Mesos master has no agents")
             by_id = {a["id"]: a for a in slaves}
+            # a list, not a generator: every agent is noted, not only up to the first new one
+            new = any([self._seen(agent_id) for agent_id in by_id])
             for key in self.tasks.agent_keys() - set(self.offers.agents):
                 agent = by_id.get(self.options.agent_id(key))  # agent ids may hold '@'
                 if agent is None:
@@ -361,3 +429,5 @@ class MesosBackend:
                 self.offers.agents[key] = AgentInfo(key, agent.get("hostname", ""), {}, attrs)
                 self.offers.report_capacity(key)
         self._emit()
+        if new:  # agents the broker's tasks fill are never offered: the list shows them
+            self._reconcile(implicit=True, now=True)

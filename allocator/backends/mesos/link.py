@@ -29,6 +29,26 @@ TEARDOWN_CONFIRM_S = 15.0  # at most this long for the master to show the framew
 # task it or a registered agent knows; reconciliation goes on afterwards (RECONCILE_MAX_S).
 UNCONFIRMED_HEALTH_S = 120.0
 FRAMEWORK_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
+_DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*(ns|us|ms|secs|mins|hrs|days|weeks)\s*")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "secs": 1.0, "mins": 60.0, "hrs": 3600.0,
+                 "days": 86400.0, "weeks": 604800.0}  # fmt: skip
+
+
+def mesos_seconds(text: object) -> float | None:
+    """A Mesos duration flag ("15secs", "2mins", "100ms") in seconds; None if it is not one."""
+    match = _DURATION.fullmatch(str(text))
+    return float(match[1]) * _UNIT_SECONDS[match[2]] if match else None
+
+
+def agent_silence_seconds(flags: dict) -> float | None:
+    """How long an agent goes without the master's pings before it looks for a new master:
+    agent_ping_timeout x max_agent_ping_timeouts, from the master's /master/flags."""
+    timeout = mesos_seconds(flags.get("agent_ping_timeout"))
+    try:
+        pings = int(flags.get("max_agent_ping_timeouts", ""))
+    except ValueError:
+        return None
+    return None if timeout is None or pings < 1 else timeout * pings
 
 
 @dataclass(frozen=True)
@@ -258,6 +278,22 @@ class Subscription:
             return answer.json().get("slaves", [])
         except (requests.RequestException, ValueError) as error:
             log.warning("cannot read the Mesos master's agents: %s", error)
+            return None
+
+    def master_flags(self) -> dict | None:
+        """The leading master's flags (`/master/flags`); None when unknown."""
+        master = getattr(self.driver, "master", None)
+        if not master:
+            return None
+        try:
+            answer = requests.get(
+                f"http://{master}/master/flags", timeout=10, auth=self.options.http_auth
+            )
+            answer.raise_for_status()
+            flags = answer.json().get("flags", {})
+            return flags if isinstance(flags, dict) else None
+        except (requests.RequestException, ValueError) as error:
+            log.warning("cannot read the Mesos master's flags: %s", error)
             return None
 
     def health(self, unconfirmed: int) -> dict[str, object]:

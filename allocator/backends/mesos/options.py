@@ -20,6 +20,14 @@ AGENTS_LOOK_S = 15.0  # how often the master's agent list is read (for health, h
 # embedded cluster's. A reclaimed executor has had --reclaim-grace to leave before its KILL;
 # this is only its time to shut down (Mesos's own default would be 3 s).
 KILL_GRACE_S = 5.0
+# How long a task stays the broker's while the master says it does not know the task's agent
+# (a master restarted with an in-memory registry learns its agents as they re-register, and
+# an agent notices the new master only after agent_ping_timeout x max_agent_ping_timeouts
+# without a ping, 75 s by default; measured on the real 1.11 master: 74.8 s). By default the
+# grace is that product, read from the master's /master/flags, plus AGENT_RETURN_MARGIN_S
+# for the agent's registration back-off; AGENT_RETURN_GRACE_S until the flags are read.
+AGENT_RETURN_MARGIN_S = 30.0
+AGENT_RETURN_GRACE_S = 15.0 * 5 + AGENT_RETURN_MARGIN_S
 
 
 @dataclass
@@ -40,13 +48,17 @@ class MesosOptions:
     refuse_seconds: float = REFUSE_SECONDS  # the engine's (EngineConfig.refuse_seconds)
     agents_look_seconds: float = AGENTS_LOOK_S  # how often the master's agent list is read
     kill_grace: float = KILL_GRACE_S  # every KILL's kill_policy.grace_period (seconds)
+    agent_return_grace: float | None = None  # a task's agent unknown to the master (None:
+    # from the master's ping flags, see AGENT_RETURN_MARGIN_S)
     state_dir: Path = Path(".fairbroker")
     executor_env: ExecutorEnvPolicy = field(default_factory=ExecutorEnvPolicy)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not 0 <= self.kill_grace < float("inf"):
-            raise ValueError(f"kill_grace: must be a finite number >= 0, got {self.kill_grace}")
+        for name in ("kill_grace", "agent_return_grace"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < float("inf"):
+                raise ValueError(f"{name}: must be a finite number >= 0, got {value}")
 
     def kill_policy(self) -> dict:
         """The KILL call's `kill_policy`: SIGTERM, then SIGKILL after `kill_grace`."""

@@ -3,6 +3,15 @@ the tasks believed running, their status updates, KILLs (re-sent until a termina
 explicit reconciliation with back-off, and orphans: executors given up with a lost agent,
 killed by id when that agent is seen again.
 
+Tasks the broker does not want are killed wherever they show up: a running task of this
+framework that is not one of the broker's records (an executor given up and replaced whose
+agent came back, one the previous broker run abandoned) is killed as soon as an update
+(a reconciliation answer included) names it, with the kill recorded first in the broker's
+state (`KillLedger`). A task the master calls unknown only because it does not know the
+task's agent (a master restarted with `--registry=in_memory` knows no agent until each
+re-registers) is not given up at once: it stays the broker's, counted and reconciled, for
+`MesosOptions.agent_return_grace`; only then is it replaced (and killed if it returns).
+
 Not thread-safe by itself: the backend calls it under its lock.
 """
 
@@ -10,12 +19,13 @@ from __future__ import annotations
 
 import logging
 import shlex
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from allocator.backends.base import ExecutorState, LaunchSpec, TaskStatus
+from allocator.backends.base import ExecutorState, KillLedger, LaunchSpec, TaskStatus
 from allocator.backends.executor import executor_launch
-from allocator.backends.mesos.options import MesosOptions
+from allocator.backends.mesos.options import AGENT_RETURN_GRACE_S, MesosOptions
 
 log = logging.getLogger(__package__)
 
@@ -54,6 +64,43 @@ def lost_by_master(status: dict) -> bool:
     return status.get("source") == "SOURCE_MASTER" and status.get("reason") not in (
         "REASON_RECONCILIATION", "REASON_INVALID_OFFERS",
     )  # fmt: skip
+
+
+def agent_unknown(state: str, status: dict) -> bool:
+    """The master's reconciliation answer for a task whose agent it does not know (not
+    registered, not recovering, not unreachable): "Reconciliation: Task is unknown", TASK_LOST
+    (TASK_UNKNOWN for a partition-aware framework), reason REASON_RECONCILIATION. The task
+    may come back with its agent. When the master knows the agent and the agent has no such
+    task, the message says "unknown to the agent": that task is gone."""
+    return (
+        state in ("TASK_LOST", "TASK_UNKNOWN")
+        and status.get("source") == "SOURCE_MASTER"
+        and status.get("reason") == "REASON_RECONCILIATION"
+        and "to the agent" not in str(status.get("message", ""))
+        and "unreachable" not in str(status.get("message", ""))
+    )
+
+
+def ended(status: dict) -> bool:
+    """A terminal update that means the task no longer runs anywhere: one from its agent or
+    executor, or the master's word that the agent it knows has no such task (the master's
+    other terminal answers only say it cannot see the task now)."""
+    return status.get("source") != "SOURCE_MASTER" or "to the agent" in str(
+        status.get("message", "")
+    )
+
+
+class MemoryLedger:
+    """A KillLedger that keeps nothing across restarts (a broker without a state file)."""
+
+    def record_kill(self, task_id: str, agent_id: str, reason: str) -> None:
+        pass
+
+    def forget_kill(self, task_id: str) -> None:
+        pass
+
+    def kills(self) -> dict[str, str]:
+        return {}
 
 
 def task_info(
@@ -107,9 +154,13 @@ def task_info(
 
 
 class TaskBook:
-    def __init__(self, options: MesosOptions, call: MasterCall) -> None:
+    def __init__(
+        self, options: MesosOptions, call: MasterCall, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.options = options
         self._call = call
+        self._clock = clock
+        self.ledger: KillLedger = MemoryLedger()
         self.tasks: dict[str, Task] = {}
         self.pending: dict[str, list[dict]] = {}  # agent key -> TaskInfos of this run
         self.kills: set[str] = set()  # KILLs to (re)send once subscribed
@@ -117,6 +168,16 @@ class TaskBook:
         self.next_reconcile = (0.0, RECONCILE_FIRST_S)  # (when, back-off)
         self.orphans: dict[str, str] = {}  # task id -> agent id: given up with a lost agent
         self.abandoned: set[str] = set()  # task ids the broker dropped at recovery
+        # task id -> agent id ('' unknown): killed because the broker does not want them,
+        # recorded in the ledger, re-sent after each subscription until a terminal update
+        self.unwanted: dict[str, str] = {}
+        # task id -> since when the master says it does not know the task's agent
+        self.awaiting: dict[str, float] = {}
+        self.master_grace: float | None = None  # from the master's flags, once read
+        # Until the broker has recovered its records, a running task it does not know may
+        # be one it is about to adopt: such tasks wait here (task id -> agent id).
+        self.recovered = False
+        self.unclaimed: dict[str, str] = {}
 
     # ---- launches ----------------------------------------------------------------------
     def launch(self, spec: LaunchSpec, hostname: str) -> str:
@@ -177,11 +238,37 @@ class TaskBook:
         for task_id in self.abandoned:
             self._kill(task_id, None)
 
+    def recovery_done(self) -> None:
+        """The broker's records are complete: the kills the previous run recorded are sent
+        again, and every running task seen meanwhile that is not the broker's is killed."""
+        self.recovered = True
+        for task_id, agent_id in self.ledger.kills().items():
+            if task_id not in self.tasks:
+                self.unwanted[task_id] = agent_id
+                self._kill(task_id, agent_id or None)
+        unclaimed, self.unclaimed = self.unclaimed, {}
+        for task_id, agent_id in unclaimed.items():
+            if task_id not in self.tasks:
+                self.kill_unwanted(task_id, agent_id, "not one of the broker's executors")
+
+    def kill_unwanted(self, task_id: str, agent_id: str, why: str) -> None:
+        """Kill a task the broker does not want, recorded first (write-ahead, as a launch
+        is); a failed record does not stop the KILL (the task is killed again whenever it is
+        seen, recorded or not)."""
+        if task_id not in self.unwanted:
+            log.warning("killing task %s on agent %s: %s", task_id, agent_id or "?", why)
+            try:
+                self.ledger.record_kill(task_id, agent_id, why)
+            except Exception as error:  # the store's StoreError: logged, the kill goes on
+                log.error("kill of task %s not recorded: %s", task_id, error)
+        self.unwanted[task_id] = agent_id
+        self._kill(task_id, agent_id or None)
+
     def kill_orphans(self, agent_id: str) -> None:
         """The agent is seen again: kill the executors given up with it."""
-        for task_id, lost_on in self.orphans.items():
+        for task_id, lost_on in list(self.orphans.items()):
             if lost_on == agent_id:
-                self._kill(task_id, agent_id)
+                self.kill_unwanted(task_id, agent_id, "given up with its agent, since replaced")
 
     # ---- subscription and reconciliation ----------------------------------------------
     def subscribed_again(self) -> None:
@@ -189,21 +276,26 @@ class TaskBook:
         those of executors abandoned at recovery) are re-sent."""
         self.unconfirmed = set(self.tasks) | set(self.orphans)
         self.next_reconcile = (0.0, RECONCILE_FIRST_S)
+        self.master_grace = None  # this master's flags are read again
         for task_id in sorted(self.kills):
             task = self.tasks.get(task_id)
             if task is not None:
                 self._kill(task_id, task.agent_id)
         for task_id in sorted(self.abandoned):
             self._kill(task_id, None)
+        for task_id, agent_id in sorted(self.unwanted.items()):
+            self._kill(task_id, agent_id or None)
 
     def reconcile_due(self, now: float) -> bool:
         return bool(self.unconfirmed) and now >= self.next_reconcile[0]
 
-    def reconcile_bodies(self, now: float) -> list[dict]:
+    def reconcile_bodies(self, now: float, schedule: bool = True) -> list[dict]:
         """The RECONCILE of the tasks the master has not confirmed since this subscription;
-        the next one follows after the back-off, which doubles up to RECONCILE_MAX_S."""
-        backoff = self.next_reconcile[1]
-        self.next_reconcile = (now + backoff, min(2 * backoff, RECONCILE_MAX_S))
+        `schedule`: the next one follows after the back-off, which doubles up to
+        RECONCILE_MAX_S."""
+        if schedule:
+            backoff = self.next_reconcile[1]
+            self.next_reconcile = (now + backoff, min(2 * backoff, RECONCILE_MAX_S))
         bodies = []
         for task_id in sorted(self.unconfirmed):
             task = self.tasks.get(task_id)
@@ -215,19 +307,77 @@ class TaskBook:
     # ---- status updates and lost agents ------------------------------------------------
     def update(self, task_id: str, state: str, status: dict) -> Task | None:
         """Record a status update (the task is still listed, even when terminal: the
-        backend reports it first, then calls `finished`); the task, if it is the broker's."""
-        self.unconfirmed.discard(task_id)
+        backend reports it first, then calls `finished`); the task, if it is the broker's
+        and the update is to be reported (not while its agent is awaited)."""
         task = self.tasks.get(task_id)
+        if task is not None and agent_unknown(state, status):
+            self._await_agent(task_id, task)
+            return None
+        self.unconfirmed.discard(task_id)
+        self.awaiting.pop(task_id, None)
         if task is not None:
             task.state = state
         if state in TERMINAL:
             self.kills.discard(task_id)
+            if task_id in self.unwanted and ended(status):
+                del self.unwanted[task_id]
+                self._forget_kill(task_id)
+        agent_id = str(status.get("agent_id", {}).get("value", ""))
         if task_id in self.orphans:
             self._orphan_update(task_id, state, status)
         elif task is not None and state == "TASK_LOST" and lost_by_master(status):
             # the master lost sight of the agent; the executor may well still run there
             self.orphans[task_id] = task.agent_id
+        elif task is None and state not in TERMINAL:
+            if task_id in self.abandoned:
+                self._kill(task_id, agent_id or None)
+            elif not self.recovered:
+                self.unclaimed[task_id] = agent_id
+            else:
+                self.kill_unwanted(task_id, agent_id, "not (or no longer) one of the "
+                                   "broker's executors")  # fmt: skip
         return task
+
+    def _forget_kill(self, task_id: str) -> None:
+        try:
+            self.ledger.forget_kill(task_id)
+        except Exception as error:  # a stale row only repeats a KILL at the next start
+            log.error("kill of task %s not forgotten: %s", task_id, error)
+
+    def _await_agent(self, task_id: str, task: Task) -> None:
+        """The master does not know the task's agent: the task stays the broker's and
+        unconfirmed (reconciled again) until the agent returns or the grace is over."""
+        self.unconfirmed.add(task_id)
+        if task_id not in self.awaiting:
+            self.awaiting[task_id] = self._clock()
+            log.warning("task %s: the master does not know its agent %s (yet); waiting up to "
+                        "%.0f s for the agent to re-register before replacing it",
+                        task_id, task.agent_id, self.agent_return_grace)  # fmt: skip
+
+    @property
+    def agent_return_grace(self) -> float:
+        """How long a task whose agent the master does not know stays the broker's."""
+        if self.options.agent_return_grace is not None:
+            return self.options.agent_return_grace
+        return AGENT_RETURN_GRACE_S if self.master_grace is None else self.master_grace
+
+    def given_up(self) -> list[Task]:
+        """Tasks whose agent did not return within the grace: no longer the broker's (the
+        backend reports them failed); each is an orphan, killed if its agent comes back."""
+        now, grace = self._clock(), self.agent_return_grace
+        out = []
+        for task_id, since in list(self.awaiting.items()):
+            if now < since + grace:
+                continue
+            del self.awaiting[task_id]
+            self.unconfirmed.discard(task_id)
+            task = self.tasks.pop(task_id, None)
+            if task is None:
+                continue
+            self.kills.discard(task_id)
+            self.orphans[task_id] = task.agent_id
+            out.append(task)
+        return out
 
     def finished(self, task_id: str) -> None:
         self.tasks.pop(task_id, None)
@@ -239,9 +389,8 @@ class TaskBook:
         own TASK_LOST only means it cannot see the task)."""
         agent_id = self.orphans[task_id]
         if state not in TERMINAL:
-            log.warning("executor %s of lost agent %s is still running: killing it",
-                        task_id, agent_id)  # fmt: skip
-            self._kill(task_id, agent_id)
+            self.kill_unwanted(task_id, agent_id, "given up with its agent, since replaced; "
+                               "still running")  # fmt: skip
         elif status.get("source") != "SOURCE_MASTER":
             del self.orphans[task_id]
 
