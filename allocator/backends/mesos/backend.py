@@ -77,6 +77,13 @@ class MesosBackend:
     def framework_id(self) -> str | None:
         return self.subscription.framework_id
 
+    def keep_framework_id_in(self, ids: Any) -> None:
+        """Keep the framework id in `ids` (load/save/forget, `path`) instead of the state
+        directory's file: with --ha, the state in ZooKeeper, read by whichever broker takes
+        over (loaded when it subscribes)."""
+        self.subscription.id_file = ids
+        self.subscription.framework_id = None
+
     # ---- Backend -----------------------------------------------------------------------
     def start(self, events: BackendEvents) -> None:
         self._events = self.offers.events = events

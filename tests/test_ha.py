@@ -1,0 +1,447 @@
+"""`serve --ha`: the zk:// setting, leader election and the state in a real ZooKeeper
+(Debian's `zookeeper` package, on loopback, its own port and data dir), two real
+`fairbroker serve` processes on the embedded cluster: one leads, the other stands by and
+names it; the leader SIGKILLed, the standby takes over and re-adopts the running executors;
+the leader SIGSTOPped past its session, then SIGCONTed, changes nothing."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+import requests
+from support.polling import free_port, wait_for
+from support.promtool import series, tool
+from support.real_mesos import ZK_SKIP_REASON, ZooKeeper, zookeeper_available
+
+from allocator.broker.leader import Leadership, Member, leader_of
+from allocator.broker.store import StoreError
+from allocator.broker.zk_url import ZkUrl, parse_zk_url
+from allocator.cli.serve_config import ConfigError, load_serve_config
+
+needs_zk = pytest.mark.skipif(not zookeeper_available(), reason=ZK_SKIP_REASON)
+
+
+# ---- the setting ---------------------------------------------------------------------------
+
+
+def test_zk_urls_parse_into_hosts_and_a_dedicated_path() -> None:
+    url = parse_zk_url("zk://zk1:2181,10.0.0.2:2182/fairbroker/prod/")
+    assert url == ZkUrl((("zk1", 2181), ("10.0.0.2", 2182)), "/fairbroker/prod")
+    assert url.connect_string == "zk1:2181,10.0.0.2:2182"
+    assert str(url) == "zk://zk1:2181,10.0.0.2:2182/fairbroker/prod"
+    for bad, says in [
+        ("zk1:2181/fb", "expected zk://"),
+        ("zk://zk1:2181", "needs a path"),
+        ("zk://zk1:2181/", "needs a path"),
+        ("zk://zk1/fb", "not HOST:PORT"),
+        ("zk://zk1:0/fb", "port out of range"),
+        ("zk://zk1:2181/fb/../x", "bad path component"),
+        ("zk://zk1:2181/zookeeper", "bad path component"),
+    ]:
+        with pytest.raises(ValueError, match=says):
+            parse_zk_url(bad)
+
+
+def test_ha_is_a_setting_from_a_flag_the_environment_or_the_file(tmp_path: Path) -> None:
+    config, sources = load_serve_config({}, None, {"FAIRBROKER_HA": "zk://h:2181/fb"})
+    assert config.ha == "zk://h:2181/fb" and sources["ha"] == "FAIRBROKER_HA"
+    file = tmp_path / "serve.yaml"
+    file.write_text("ha: zk://a:1,b:2/x\n")
+    config, sources = load_serve_config({"ha": "zk://c:3/y"}, file, {})
+    assert config.ha == "zk://c:3/y" and sources["ha"] == "--ha"
+    assert load_serve_config({}, file, {})[0].ha == "zk://a:1,b:2/x"
+    assert load_serve_config({}, None, {})[0].ha is None  # the default: SQLite, no ZooKeeper
+    with pytest.raises(ConfigError, match=r"^ha \(from FAIRBROKER_HA\): needs a path"):
+        load_serve_config({}, None, {"FAIRBROKER_HA": "zk://h:2181"})
+    with pytest.raises(ConfigError, match="state_recover"):
+        load_serve_config({"ha": "zk://h:1/x", "state_recover": True}, None, {})
+
+
+def test_the_lowest_sequence_leads_whatever_the_listing_order() -> None:
+    names = ["member_0000000012", "member_0000000003", "member_0000000010", "junk"]
+    assert leader_of(names) == "member_0000000003"
+    assert leader_of(["junk"]) is None and leader_of([]) is None
+
+
+def test_the_no_leader_alert_fires_only_when_no_broker_leads(tmp_path: Path) -> None:
+    """Two brokers scraped every 30 s. a leads 0-3 min, then is gone; the fail-over (b not
+    yet leading at 3.5 min) does not fire; b leads 4-5.5 min; from 6 min neither leads (a
+    ZooKeeper outage fences b): pending at 6.5, firing at 7.5 min. b's Mesos link is down
+    while it stands by: not an alert."""
+    import yaml
+
+    deploy = Path(__file__).resolve().parents[1] / "deploy"
+    a = {"instance": "a:7082"}
+    tests = {
+        "rule_files": [str(deploy / "alerts.yml")],
+        "evaluation_interval": "30s",
+        "tests": [{
+            "interval": "30s",
+            "input_series": [
+                series("fairbroker_leader", "1x6 stale", **a),
+                series("fairbroker_leader", "0x6 0 1x3 0x12"),
+                series("fairbroker_mesos_connected", "1x6 stale", **a),
+                series("fairbroker_mesos_connected", "0x7 1x3 0x12"),
+            ],
+            "alert_rule_test": [
+                {"eval_time": "4m", "alertname": "FairbrokerNoLeader", "exp_alerts": []},
+                {"eval_time": "6m30s", "alertname": "FairbrokerNoLeader", "exp_alerts": []},
+                {"eval_time": "7m30s", "alertname": "FairbrokerNoLeader", "exp_alerts": [{
+                    "exp_labels": {"job": "fairbroker", "severity": "critical"},
+                    "exp_annotations": {"summary": "no fairbroker leads (job fairbroker) for "
+                                        "1 min: nothing is allocated"},
+                }]},
+                {"eval_time": "3m", "alertname": "FairbrokerMesosDisconnected", "exp_alerts": []},
+            ],
+        }],
+    }  # fmt: skip
+    path = tmp_path / "tests.yml"
+    path.write_text(yaml.safe_dump(tests))
+    done = subprocess.run([tool("promtool"), "test", "rules", str(path)], capture_output=True,
+                          text=True)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# ---- election and the state in a real ZooKeeper, in process ------------------------------
+
+
+@pytest.fixture
+def zk(tmp_path: Path):
+    with ZooKeeper(tmp_path / "zk") as running:
+        yield running
+
+
+def _member(name: str, url: ZkUrl, elected: list[str]) -> Leadership:
+    ha = Leadership(url, Member(f"{name}:1", f"{name}:2"), lambda: elected.append(name),
+                    lambda why: elected.append(f"{name} deposed"), session_timeout=4.0)  # fmt: skip
+    ha.start()
+    return ha
+
+
+@needs_zk
+def test_one_leads_and_a_deposed_leaders_writes_are_refused_by_zookeeper(zk: ZooKeeper) -> None:
+    """a leads and writes; b stands by naming a. a's session ends: b leads and reads a's
+    rows. A write built with a's old election node (what a leader paused past its session
+    would still hold), over a live session, is refused whole and changes nothing."""
+    from kazoo.client import KazooClient
+
+    from allocator.broker.proto import pb
+    from allocator.broker.zk_store import ZkStore
+
+    url = parse_zk_url(zk.url("/fb"))
+    elected: list[str] = []
+    a = _member("a", url, elected)
+    wait_for(lambda: a.leading, 20, "a to lead")
+    b = _member("b", url, elected)
+    try:
+        wait_for(lambda: b.leader is not None, 20, "b to see the leader")
+        assert not b.leading and b.refusal() == "standby, leader at a:1 (gRPC a:2)"
+        assert a.fence() is None and b.fence() == "not the leader"
+        store_a = ZkStore(lambda: a.client, url.path, lambda: a.node if a.fence() is None else None)
+        store_a.load()
+        request = pb.RegisterRequest(tenant_id="t.1/x", demand={"cpus": 1.0}, target=3)
+        store_a.save_tenant("t.1/x", request.SerializeToString(), 3, 1)
+        store_b = ZkStore(lambda: b.client, url.path, lambda: b.node if b.fence() is None else None)
+        with pytest.raises(StoreError, match="not the leader"):
+            store_b.load() or store_b.set_target("t.1/x", 9)
+        old_node = a.node
+        a.stop()  # its election node goes with its session
+        wait_for(lambda: b.leading, 20, "b to lead")
+        assert elected == ["a", "b"] and b.changes == 1 and b.took_over_at is not None
+        store_b.load()
+        (tenant,) = store_b.tenants()
+        assert (tenant.tenant_id, tenant.target, tenant.request) == ("t.1/x", 3, request)
+        store_b.set_target("t.1/x", 5)
+        stale = KazooClient(hosts=url.connect_string)
+        stale.start(timeout=20)
+        try:
+            deposed = ZkStore(lambda: stale, url.path, lambda: old_node)
+            deposed.load()
+            before = _snapshot(stale, url.path)
+            with pytest.raises(StoreError, match="write refused"):
+                deposed.set_target("t.1/x", 0)
+            with pytest.raises(StoreError, match="write refused"):
+                deposed.delete_tenant("t.1/x")
+            assert _snapshot(stale, url.path) == before
+            assert [t.target for t in store_b.tenants()] == [5]
+        finally:
+            stale.stop()
+            stale.close()
+    finally:
+        a.stop()
+        b.stop()
+
+
+def _snapshot(client, root: str) -> dict[str, tuple[bytes, int]]:
+    """Every znode under root/state: its data and the transaction that last changed it."""
+    out = {}
+    stack = [f"{root}/state"]
+    while stack:
+        path = stack.pop()
+        data, stat = client.get(path)
+        out[path] = (data, stat.mzxid)
+        stack.extend(f"{path}/{c}" for c in client.get_children(path))
+    return out
+
+
+# ---- two real `fairbroker serve --ha` on the embedded cluster ------------------------------
+
+
+def _stand_in_spark(tmp_path: Path) -> Path:
+    home = tmp_path / "spark"
+    (home / "bin").mkdir(parents=True)
+    script = home / "bin" / "spark-class"
+    script.write_text("#!/bin/bash\necho 'Successfully registered with driver' >&2\nsleep 600\n")
+    script.chmod(0o755)
+    return home
+
+
+class Serve:
+    """One `fairbroker serve --ha` subprocess on loopback (stopped by pid)."""
+
+    def __init__(self, name: str, zk_url: str, state: Path, spark: Path, log_dir: Path,
+                 lease: float = 600.0) -> None:  # fmt: skip
+        self.name = name
+        self.http, self.grpc, self.metrics = free_port(), free_port(), free_port()
+        self.log = log_dir / f"serve-{name}.log"
+        env = {**os.environ, "SPARK_HOME": str(spark)}
+        self.process = subprocess.Popen([
+            sys.executable, "-c", "from allocator.cli import main; main()", "serve",
+            "--ha", zk_url, "--state-dir", str(state), "--port", str(self.http),
+            "--grpc-port", str(self.grpc), "--metrics-port", str(self.metrics),
+            "--lease", str(lease), "--scheduler", "drf",
+        ], stdout=subprocess.DEVNULL, stderr=self.log.open("ab"), env=env,
+           start_new_session=True)  # fmt: skip
+
+    def healthz(self) -> tuple[int, dict]:
+        try:
+            answer = requests.get(f"http://127.0.0.1:{self.http}/healthz", timeout=2)
+        except requests.RequestException:
+            return 0, {}
+        return answer.status_code, answer.json()
+
+    def gauge(self, name: str) -> float | None:
+        try:
+            text = requests.get(f"http://127.0.0.1:{self.metrics}/metrics", timeout=2).text
+        except requests.RequestException:
+            return None
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return None
+
+    def call(self, method: str, body: dict) -> requests.Response:
+        return requests.post(f"http://127.0.0.1:{self.http}/v1/{method}", json=body, timeout=5)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+def _leader(brokers: list[Serve]) -> Serve | None:
+    leading = [b for b in brokers if b.process.poll() is None and b.healthz()[0] == 200]
+    return leading[0] if len(leading) == 1 else None
+
+
+def _register(broker: Serve, tenant: str, target: int) -> None:
+    answer = broker.call("Register", {
+        "tenantId": tenant, "demand": {"cpus": 1, "mem": 512}, "target": target,
+        "launch": {"driverUrl": "spark://CoarseGrainedScheduler@127.0.0.1:9", "appId": tenant,
+                   "cores": 1, "heapMib": 128},
+    })  # fmt: skip
+    assert answer.status_code == 200, answer.text
+
+
+def _executors(broker: Serve, tenant: str) -> dict[str, str]:
+    """executor id -> state, from the broker's GetAllocation."""
+    answer = requests.get(f"http://127.0.0.1:{broker.http}/v1/GetAllocation", timeout=5)
+    assert answer.status_code == 200, answer.text
+    for entry in answer.json().get("tenants", []):
+        if entry["tenantId"] == tenant:
+            return {e["executorId"]: e["state"] for e in entry.get("executors", [])}
+    return {}
+
+
+def _stored_pids(url: ZkUrl) -> dict[str, int]:
+    """executor row -> the pid (handle) the leader recorded, read from ZooKeeper."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=url.connect_string)
+    client.start(timeout=20)
+    try:
+        where = f"{url.path}/state/executors"
+        rows = {n: json.loads(client.get(f"{where}/{n}")[0]) for n in client.get_children(where)}
+    finally:
+        client.stop()
+        client.close()
+    return {name: int(row["handle"]) for name, row in rows.items() if row["handle"]}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture
+def pair(tmp_path: Path, zk: ZooKeeper):
+    """Two brokers, one ZooKeeper, one state dir (the embedded cluster's executors are found
+    by its path, as two hosts would share the agents)."""
+    state, spark = tmp_path / "state", _stand_in_spark(tmp_path)
+    url = zk.url("/fairbroker")
+    brokers = [Serve("a", url, state, spark, tmp_path)]
+    started: list[int] = []
+    try:
+        wait_for(lambda: brokers[0].healthz()[0] == 200, 60, "the first broker to lead")
+        brokers.append(Serve("b", url, state, spark, tmp_path))
+        wait_for(lambda: brokers[1].healthz()[0] == 503, 60, "the second to stand by")
+        yield brokers, parse_zk_url(url), started
+    finally:
+        for broker in brokers:
+            broker.stop()
+        for pid in started:  # executors a killed test left behind
+            if _alive(pid):
+                os.killpg(pid, signal.SIGKILL)
+        for broker in brokers:
+            print(f"--- {broker.name}:", broker.log.read_text(errors="replace")[-3000:])
+
+
+@needs_zk
+def test_one_broker_leads_the_standby_names_it_on_every_transport(pair) -> None:
+    (a, b), _, _ = pair
+    status, report = b.healthz()
+    assert status == 503
+    assert report == {
+        "ok": False,
+        "standby": True,
+        "reason": f"standby, leader at 127.0.0.1:{a.http} (gRPC 127.0.0.1:{a.grpc})",
+    }
+    assert a.healthz()[0] == 200
+    answer = b.call("Register", {"tenantId": "t"})
+    assert answer.status_code == 503
+    assert answer.json()["code"] == "UNAVAILABLE"
+    assert f"leader at 127.0.0.1:{a.http}" in answer.json()["error"]
+    from allocator.broker.client import BrokerCallError, BrokerClient
+    from allocator.broker.proto import pb, pb_grpc
+
+    channel = grpc.insecure_channel(f"127.0.0.1:{b.grpc}")
+    with channel, pytest.raises(grpc.RpcError) as raised:
+        pb_grpc.TenantServiceStub(channel).GetAllocation(pb.AllocationRequest(), timeout=5)
+    assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert raised.value.details() == report["reason"]
+    with BrokerClient(f"127.0.0.1:{b.grpc}") as client, pytest.raises(BrokerCallError) as called:
+        client.register(pb.RegisterRequest(tenant_id="t"))
+    assert str(called.value) == f"broker at 127.0.0.1:{b.grpc}: {report['reason']}"
+    with BrokerClient(f"127.0.0.1:{a.grpc}") as client:
+        assert client.allocation().broker.backend == "local"  # the leader serves
+    assert (a.gauge("fairbroker_leader"), b.gauge("fairbroker_leader")) == (1.0, 0.0)
+    assert a.gauge("fairbroker_leadership_changes_total") == 1.0
+    assert b.gauge("fairbroker_leadership_changes_total") == 0.0
+    assert 0 <= a.gauge("fairbroker_seconds_since_takeover") < 120
+    assert b.gauge("fairbroker_seconds_since_takeover") is None  # never took over
+
+
+@needs_zk
+def test_the_leader_killed_the_standby_takes_over_and_readopts_its_executors(pair) -> None:
+    """SIGKILL the leader while a tenant holds 2 executors: the standby leads within 45 s,
+    its GetAllocation shows the same 2 executors (ids 1 and 2, their processes the same
+    pids, alive), and it launched none."""
+    (a, b), url, started = pair
+    _register(a, "t", 2)
+    wait_for(lambda: len(_stored_pids(url)) == 2, 60, "two executors started and recorded")
+    pids = _stored_pids(url)
+    started.extend(pids.values())
+    wait_for(lambda: _executors(a, "t") == {"1": "RUNNING", "2": "RUNNING"}, 60, "both running")
+    a.process.send_signal(signal.SIGKILL)
+    a.process.wait(10)
+    killed_at = time.monotonic()
+    wait_for(lambda: b.healthz()[0] == 200, 45, "the standby to take over")
+    took = time.monotonic() - killed_at
+    print(f"take-over after SIGKILL: {took:.1f} s")
+    assert _executors(b, "t") == {"1": "RUNNING", "2": "RUNNING"}
+    time.sleep(3)  # a few allocation runs: the tenant holds its target, nothing more starts
+    assert _executors(b, "t") == {"1": "RUNNING", "2": "RUNNING"}
+    assert _stored_pids(url) == pids and all(_alive(p) for p in pids.values())
+    assert b.gauge("fairbroker_leader") == 1.0
+    assert b.gauge("fairbroker_leadership_changes_total") == 1.0
+
+
+@pytest.mark.slow
+@needs_zk
+def test_a_leader_paused_past_its_session_changes_nothing_when_it_wakes(pair) -> None:
+    """SIGSTOP the leader past its ZooKeeper session: the standby takes over. SIGCONT it:
+    its memory says its tenant's lease ran out (it heard nothing while stopped), but it is
+    fenced: it kills nothing, launches nothing, writes nothing to the state, and exits
+    (status 3) as deposed."""
+    (a, b), url, started = pair
+    lease = 20.0
+    # a tenant whose lease is short: restart both with --lease 20 is costly; SetTarget and
+    # heartbeats keep it alive on whichever broker leads, the paused one hears none
+    _register(a, "t", 2)
+    wait_for(lambda: len(_stored_pids(url)) == 2, 60, "two executors started and recorded")
+    pids = _stored_pids(url)
+    started.extend(pids.values())
+    stop_beats = threading.Event()
+
+    def beat() -> None:
+        while not stop_beats.wait(2):
+            for broker in (a, b):
+                if broker.process.poll() is None:
+                    with _quiet():
+                        broker.call("Heartbeat", {"tenantId": "t"})
+
+    beats = threading.Thread(target=beat, daemon=True)
+    beats.start()
+    try:
+        a.process.send_signal(signal.SIGSTOP)
+        wait_for(lambda: b.healthz()[0] == 200, 45, "the standby to take over")
+        assert _executors(b, "t") == {"1": "RUNNING", "2": "RUNNING"}
+        time.sleep(lease)  # a's clock runs on: past the lease it would drop the tenant
+        from kazoo.client import KazooClient
+
+        client = KazooClient(hosts=url.connect_string)
+        client.start(timeout=20)
+        try:
+            before = _snapshot(client, url.path)
+            a.process.send_signal(signal.SIGCONT)
+            assert a.process.wait(60) == 3
+            after = _snapshot(client, url.path)
+        finally:
+            client.stop()
+            client.close()
+        assert after == before
+        assert "no longer the leader" in a.log.read_text()
+        assert all(_alive(p) for p in pids.values()) and _stored_pids(url) == pids
+        assert _executors(b, "t") == {"1": "RUNNING", "2": "RUNNING"}
+    finally:
+        stop_beats.set()
+        beats.join(10)
+
+
+class _quiet:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, *rest) -> bool:
+        return kind is not None and issubclass(kind, requests.RequestException)
+
+
+_ = base64  # (kept for readers decoding stored requests by hand)
