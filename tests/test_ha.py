@@ -6,7 +6,7 @@ the leader SIGSTOPped past its session, then SIGCONTed, changes nothing."""
 
 from __future__ import annotations
 
-import base64
+import contextlib
 import json
 import os
 import signal
@@ -21,13 +21,21 @@ import pytest
 import requests
 from support.polling import free_port, wait_for
 from support.promtool import series, tool
-from support.real_mesos import ZK_SKIP_REASON, ZooKeeper, zookeeper_available
+from support.real_mesos import (
+    SKIP_REASON,
+    ZK_SKIP_REASON,
+    RealMesos,
+    ZooKeeper,
+    mesos_home,
+    zookeeper_available,
+)
 
 from allocator.broker.leader import Leadership, Member, leader_of
 from allocator.broker.store import StoreError
 from allocator.broker.zk_url import ZkUrl, parse_zk_url
 from allocator.cli.serve_config import ConfigError, load_serve_config
 
+LEASE = 20.0  # the tenants' lease on the serve processes: the tests' heartbeats keep it
 needs_zk = pytest.mark.skipif(not zookeeper_available(), reason=ZK_SKIP_REASON)
 
 
@@ -210,7 +218,7 @@ class Serve:
     """One `fairbroker serve --ha` subprocess on loopback (stopped by pid)."""
 
     def __init__(self, name: str, zk_url: str, state: Path, spark: Path, log_dir: Path,
-                 lease: float = 600.0) -> None:  # fmt: skip
+                 lease: float = LEASE, extra: tuple[str, ...] = ()) -> None:  # fmt: skip
         self.name = name
         self.http, self.grpc, self.metrics = free_port(), free_port(), free_port()
         self.log = log_dir / f"serve-{name}.log"
@@ -219,7 +227,7 @@ class Serve:
             sys.executable, "-c", "from allocator.cli import main; main()", "serve",
             "--ha", zk_url, "--state-dir", str(state), "--port", str(self.http),
             "--grpc-port", str(self.grpc), "--metrics-port", str(self.metrics),
-            "--lease", str(lease), "--scheduler", "drf",
+            "--lease", str(lease), "--scheduler", "drf", *extra,
         ], stdout=subprocess.DEVNULL, stderr=self.log.open("ab"), env=env,
            start_new_session=True)  # fmt: skip
 
@@ -240,8 +248,10 @@ class Serve:
                 return float(line.split()[1])
         return None
 
-    def call(self, method: str, body: dict) -> requests.Response:
-        return requests.post(f"http://127.0.0.1:{self.http}/v1/{method}", json=body, timeout=5)
+    def call(self, method: str, body: dict, timeout: float = 5) -> requests.Response:
+        return requests.post(
+            f"http://127.0.0.1:{self.http}/v1/{method}", json=body, timeout=timeout
+        )
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -299,6 +309,28 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+@contextlib.contextmanager
+def heartbeats(brokers: list[Serve], tenant: str):
+    """The tenant's heartbeat to every broker alive, every 2 s, as the Spark plugin keeps
+    its lease (a paused broker, or a standby, takes none)."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(2):
+            for broker in brokers:
+                if broker.process.poll() is None:
+                    with contextlib.suppress(requests.RequestException):
+                        broker.call("Heartbeat", {"tenantId": tenant}, timeout=1)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(10)
 
 
 @pytest.fixture
@@ -365,21 +397,22 @@ def test_the_leader_killed_the_standby_takes_over_and_readopts_its_executors(pai
     its GetAllocation shows the same 2 executors (ids 1 and 2, their processes the same
     pids, alive), and it launched none."""
     (a, b), url, started = pair
-    _register(a, "t", 2)
-    wait_for(lambda: len(_stored_pids(url)) == 2, 60, "two executors started and recorded")
-    pids = _stored_pids(url)
-    started.extend(pids.values())
-    wait_for(lambda: _executors(a, "t") == {"1": "RUNNING", "2": "RUNNING"}, 60, "both running")
-    a.process.send_signal(signal.SIGKILL)
-    a.process.wait(10)
-    killed_at = time.monotonic()
-    wait_for(lambda: b.healthz()[0] == 200, 45, "the standby to take over")
-    took = time.monotonic() - killed_at
-    print(f"take-over after SIGKILL: {took:.1f} s")
-    assert _executors(b, "t") == {"1": "RUNNING", "2": "RUNNING"}
-    time.sleep(3)  # a few allocation runs: the tenant holds its target, nothing more starts
-    assert _executors(b, "t") == {"1": "RUNNING", "2": "RUNNING"}
-    assert _stored_pids(url) == pids and all(_alive(p) for p in pids.values())
+    with heartbeats([a, b], "t"):
+        _register(a, "t", 2)
+        wait_for(lambda: len(_stored_pids(url)) == 2, 60, "two executors started and recorded")
+        pids = _stored_pids(url)
+        started.extend(pids.values())
+        wait_for(lambda: _executors(a, "t") == {"1": "RUNNING", "2": "RUNNING"}, 60,
+                 "both running")  # fmt: skip
+        a.process.send_signal(signal.SIGKILL)
+        a.process.wait(10)
+        killed_at = time.monotonic()
+        wait_for(lambda: b.healthz()[0] == 200, 45, "the standby to take over")
+        print(f"take-over after SIGKILL: {time.monotonic() - killed_at:.1f} s")
+        assert _executors(b, "t") == {"1": "RUNNING", "2": "RUNNING"}
+        time.sleep(3)  # a few allocation runs: the tenant holds its target, nothing starts
+        assert _executors(b, "t") == {"1": "RUNNING", "2": "RUNNING"}
+        assert _stored_pids(url) == pids and all(_alive(p) for p in pids.values())
     assert b.gauge("fairbroker_leader") == 1.0
     assert b.gauge("fairbroker_leadership_changes_total") == 1.0
 
@@ -392,29 +425,15 @@ def test_a_leader_paused_past_its_session_changes_nothing_when_it_wakes(pair) ->
     fenced: it kills nothing, launches nothing, writes nothing to the state, and exits
     (status 3) as deposed."""
     (a, b), url, started = pair
-    lease = 20.0
-    # a tenant whose lease is short: restart both with --lease 20 is costly; SetTarget and
-    # heartbeats keep it alive on whichever broker leads, the paused one hears none
-    _register(a, "t", 2)
-    wait_for(lambda: len(_stored_pids(url)) == 2, 60, "two executors started and recorded")
-    pids = _stored_pids(url)
-    started.extend(pids.values())
-    stop_beats = threading.Event()
-
-    def beat() -> None:
-        while not stop_beats.wait(2):
-            for broker in (a, b):
-                if broker.process.poll() is None:
-                    with _quiet():
-                        broker.call("Heartbeat", {"tenantId": "t"})
-
-    beats = threading.Thread(target=beat, daemon=True)
-    beats.start()
-    try:
+    with heartbeats([a, b], "t"):
+        _register(a, "t", 2)
+        wait_for(lambda: len(_stored_pids(url)) == 2, 60, "two executors started and recorded")
+        pids = _stored_pids(url)
+        started.extend(pids.values())
         a.process.send_signal(signal.SIGSTOP)
         wait_for(lambda: b.healthz()[0] == 200, 45, "the standby to take over")
         assert _executors(b, "t") == {"1": "RUNNING", "2": "RUNNING"}
-        time.sleep(lease)  # a's clock runs on: past the lease it would drop the tenant
+        time.sleep(LEASE + 2)  # a's clock runs on: past the lease it would drop the tenant
         from kazoo.client import KazooClient
 
         client = KazooClient(hosts=url.connect_string)
@@ -431,17 +450,65 @@ def test_a_leader_paused_past_its_session_changes_nothing_when_it_wakes(pair) ->
         assert "no longer the leader" in a.log.read_text()
         assert all(_alive(p) for p in pids.values()) and _stored_pids(url) == pids
         assert _executors(b, "t") == {"1": "RUNNING", "2": "RUNNING"}
-    finally:
-        stop_beats.set()
-        beats.join(10)
 
 
-class _quiet:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, *rest) -> bool:
-        return kind is not None and issubclass(kind, requests.RequestException)
+# ---- on the real Mesos 1.11.0 master ---------------------------------------------------------
 
 
-_ = base64  # (kept for readers decoding stored requests by hand)
+@pytest.mark.slow
+@needs_zk
+@pytest.mark.skipif(mesos_home() is None, reason=SKIP_REASON)
+def test_on_a_real_master_the_standby_takes_the_same_framework_and_both_tasks(
+    tmp_path: Path, zk: ZooKeeper
+) -> None:
+    """Two `serve --ha --backend mesos` brokers, each with its own state dir (the framework
+    id can only come from ZooKeeper). SIGKILL the leader while a tenant holds 2 executors:
+    the standby leads within 45 s, subscribes as the same framework and reconciles; the
+    master shows one framework and the same 2 tasks running (none relaunched or killed),
+    and the new leader's GetAllocation shows both executors."""
+    from allocator.scenarios.cluster_file import load_cluster_file
+
+    spark = tmp_path / "sleeping-spark"
+    (spark / "bin").mkdir(parents=True)
+    (spark / "bin" / "spark-class").write_text("#!/bin/sh\nexec sleep 600\n")
+    (spark / "bin" / "spark-class").chmod(0o755)
+    url = zk.url("/fairbroker")
+    with RealMesos(load_cluster_file(), work_dir=tmp_path / "mesos", agent_ping_timeout=1) as mesos:
+        extra = ("--backend", "mesos", "--master", mesos.address, "--spark-home", str(spark),
+                 "--allow-root")  # fmt: skip
+        a = Serve("a", url, tmp_path / "state-a", spark, tmp_path, lease=600, extra=extra)
+        brokers = [a]
+        try:
+            wait_for(lambda: a.healthz()[0] == 200, 90, "the first broker to lead and subscribe")
+            b = Serve("b", url, tmp_path / "state-b", spark, tmp_path, lease=600, extra=extra)
+            brokers.append(b)
+            wait_for(lambda: b.healthz()[0] == 503, 60, "the second to stand by")
+            answer = a.call("Register", {
+                "tenantId": "t", "demand": {"cpus": 2, "mem": 1024}, "target": 2,
+                "launch": {"driverUrl": "spark://CoarseGrainedScheduler@127.0.0.1:9",
+                           "appId": "t", "cores": 2, "heapMib": 640},
+            })  # fmt: skip
+            assert answer.status_code == 200, answer.text
+            running = lambda: sorted(t.task_id for t in mesos.tasks("TASK_RUNNING"))  # noqa: E731
+            wait_for(lambda: running() == ["t.1", "t.2"], 60, "two tasks running")
+            (framework_id,) = [f["id"] for f in mesos.frameworks()]
+            assert not (tmp_path / "state-a" / "mesos-framework-id").exists()
+            a.process.send_signal(signal.SIGKILL)
+            a.process.wait(10)
+            killed_at = time.monotonic()
+            wait_for(lambda: b.healthz()[0] == 200, 45, "the standby to lead and subscribe")
+            print(f"take-over after SIGKILL: {time.monotonic() - killed_at:.1f} s")
+            wait_for(lambda: b.healthz()[1].get("unreconciled_tasks") == 0, 30,
+                     "the new leader to reconcile both tasks")  # fmt: skip
+            frameworks = mesos.frameworks()
+            assert [(f["id"], f["active"]) for f in frameworks] == [(framework_id, True)]
+            assert running() == ["t.1", "t.2"]
+            assert sorted(t.task_id for t in mesos.tasks()) == ["t.1", "t.2"]  # none twice
+            assert _executors(b, "t") == {"1": "RUNNING", "2": "RUNNING"}
+            time.sleep(3)  # allocation runs go on: nothing more is launched
+            assert sorted(t.task_id for t in mesos.tasks()) == ["t.1", "t.2"]
+        finally:
+            for broker in brokers:
+                broker.stop()
+            for broker in brokers:
+                print(f"--- {broker.name}:", broker.log.read_text(errors="replace")[-3000:])
