@@ -452,6 +452,39 @@ def test_a_leader_paused_past_its_session_changes_nothing_when_it_wakes(pair) ->
         assert _executors(b, "t") == {"1": "RUNNING", "2": "RUNNING"}
 
 
+@needs_zk
+def test_a_zookeeper_outage_fences_the_leader_until_it_returns(pair, zk: ZooKeeper) -> None:
+    """ZooKeeper stopped under a leader whose tenant holds 2 executors: the leader keeps
+    them, reports the outage (/healthz 503 and why, fairbroker_leader 0), changes nothing
+    (a SetTarget is refused, not recorded); ZooKeeper back with the same data: the same
+    sessions go on, the same broker leads, and the raised target is launched."""
+    (a, b), url, started = pair
+    with heartbeats([a, b], "t"):
+        _register(a, "t", 2)
+        wait_for(lambda: len(_stored_pids(url)) == 2, 60, "two executors started and recorded")
+        pids = _stored_pids(url)
+        started.extend(pids.values())
+        zk.stop()
+        _, report = wait_for(lambda: (h := a.healthz())[0] == 503 and h, 30,
+                                  "the leader to report the outage")  # fmt: skip
+        assert report["ok"] is False and "ZooKeeper connection suspended" in report["reason"]
+        assert a.gauge("fairbroker_leader") == 0.0
+        answer = a.call("SetTarget", {"tenantId": "t", "total": 3})
+        assert answer.status_code == 503 and "not recorded" in answer.json()["error"]
+        time.sleep(3)
+        assert _executors(a, "t") == {"1": "RUNNING", "2": "RUNNING"}
+        assert all(_alive(p) for p in pids.values())
+        zk.start()
+        wait_for(lambda: a.healthz()[0] == 200, 60, "the leader to resume")
+        assert b.healthz()[0] == 503 and a.gauge("fairbroker_leader") == 1.0
+        assert a.gauge("fairbroker_leadership_changes_total") == 1.0  # the same leadership
+        assert a.call("SetTarget", {"tenantId": "t", "total": 3}).status_code == 200
+        wait_for(lambda: len(_stored_pids(url)) == 3, 60, "the third executor")
+        started.extend(_stored_pids(url).values())
+        assert set(_executors(a, "t")) == {"1", "2", "3"}
+        assert all(_alive(p) for p in pids.values())
+
+
 # ---- on the real Mesos 1.11.0 master ---------------------------------------------------------
 
 
