@@ -202,6 +202,108 @@ def _snapshot(client, root: str) -> dict[str, tuple[bytes, int]]:
     return out
 
 
+def _seed_sqlite(state: Path) -> None:
+    """A stopped broker's state dir: a tenant with a started executor, one whose start was
+    not recorded (LAUNCHING) and one being reclaimed; a forgotten tenant's executor ids;
+    the Mesos framework id."""
+    from allocator.backends.base import LaunchSpec
+    from allocator.backends.mesos.link import FrameworkIdFile
+    from allocator.broker.proto import pb
+    from allocator.broker.store import Store, StoredReclaim
+
+    store = Store(state / "broker.sqlite")
+    request = pb.RegisterRequest(tenant_id="pi", demand={"cpus": 2.0, "mem": 1024.0}, target=4,
+                                 group="etl")  # fmt: skip
+    store.save_tenant("pi", request.SerializeToString(), 4, 1)
+    specs = [LaunchSpec("pi", str(i), "t1-a", {"cpus": 2.0, "mem": 1024.0},
+                        "spark://d:1", "app-1", 2, 640, environment={"K": "v"})
+             for i in (1, 2, 3)]  # fmt: skip
+    store.record_launch(specs[0], 2)
+    store.set_handle("pi", "1", "pi.1")
+    store.record_launch(specs[1], 3)
+    store.record_launch(specs[2], 4)
+    store.set_handle("pi", "3", "pi.3")
+    store.record_reclaim(StoredReclaim("pi", "3", "wc", "t1-a", 1_800_000_000.5))
+    store.save_tenant("gone", pb.RegisterRequest(tenant_id="gone").SerializeToString(), 0, 7)
+    store.delete_tenant("gone")
+    store.close()
+    FrameworkIdFile(state).save("0b5c2e43-1a6f-4a4b-9f37-2bd6b0b3a3c4-0007")
+
+
+def _contents(store) -> tuple:
+    return (
+        # (a map's wire order is not fixed: requests compare as messages)
+        sorted(((t.tenant_id, t.target, t.next_executor, t.request) for t in store.tenants()),
+               key=lambda row: row[0]),
+        sorted((s.tenant_id, s.executor_id, s.agent, h, tuple(s.environment.items()))
+               for s, h in store.executors()),
+        sorted(store.reclaims(), key=lambda r: r.executor_id),
+        store.executor_ids(),
+    )  # fmt: skip
+
+
+@needs_zk
+def test_state_moves_from_sqlite_to_zookeeper_and_back_unchanged(
+    tmp_path: Path, zk: ZooKeeper
+) -> None:
+    from kazoo.client import KazooClient
+    from support.commands import one_line_error, run_fairbroker
+
+    from allocator.backends.mesos.link import FrameworkIdFile
+    from allocator.broker.store import Store
+    from allocator.broker.zk_store import ZkStore
+
+    old = tmp_path / "old"
+    _seed_sqlite(old)
+    store = Store(old / "broker.sqlite")
+    expected = _contents(store)
+    store.close()
+    assert expected[3] == {"pi": 4, "gone": 7} and len(expected[1]) == 3  # what was seeded
+    url = zk.url("/fb")
+    document = tmp_path / "state.json"
+    done = run_fairbroker("state", "export", "--state-dir", str(old), "-o", str(document))
+    assert done.returncode == 0, done.stderr
+    assert "exported 1 tenants, 3 executors, 2 executor_ids, 1 reclaims, 1 meta" in done.stderr
+    done = run_fairbroker("state", "import", str(document), "--ha", url)
+    assert done.returncode == 0, done.stderr
+    assert f"imported 8 rows into {url}" in done.stderr
+    one_line_error(run_fairbroker("state", "import", str(document), "--ha", url),
+                   "holds 8 rows already")  # fmt: skip
+    client = KazooClient(hosts=parse_zk_url(url).connect_string)
+    client.start(timeout=20)
+    try:
+        zk_store = ZkStore(lambda: client, "/fb", lambda: None)
+        zk_store.load()
+        assert _contents(zk_store) == expected
+        assert zk_store.framework_id() == "0b5c2e43-1a6f-4a4b-9f37-2bd6b0b3a3c4-0007"
+        client.create("/fb/election/member_0000000000", b"{}", ephemeral=True, makepath=True)
+        one_line_error(run_fairbroker("state", "import", str(document), "--ha", url),
+                       "brokers are running")  # fmt: skip
+    finally:
+        client.stop()
+        client.close()
+    back, again = tmp_path / "back", tmp_path / "again.json"
+    done = run_fairbroker("state", "export", "--ha", url, "-o", str(again))
+    assert done.returncode == 0, done.stderr
+    exported = [json.loads(d.read_text())["rows"] for d in (document, again)]
+    for rows in exported:  # compared above as messages
+        for row in rows["tenants"].values():
+            row.pop("request")
+    assert exported[1] == exported[0]
+    done = run_fairbroker("state", "import", str(again), "--state-dir", str(back))
+    assert done.returncode == 0, done.stderr
+    store = Store(back / "broker.sqlite")
+    try:
+        assert _contents(store) == expected
+    finally:
+        store.close()
+    assert FrameworkIdFile(back).load() == "0b5c2e43-1a6f-4a4b-9f37-2bd6b0b3a3c4-0007"
+    one_line_error(run_fairbroker("state", "import", str(again), "--state-dir", str(back)),
+                   "holds a state already")  # fmt: skip
+    one_line_error(run_fairbroker("state", "export", "--state-dir", str(back), "--ha", url),
+                   "exactly one of --state-dir and --ha")  # fmt: skip
+
+
 # ---- two real `fairbroker serve --ha` on the embedded cluster ------------------------------
 
 

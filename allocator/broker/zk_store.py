@@ -146,6 +146,11 @@ class ZkStore:
             row = self._rows["executor_ids"].get(_name(tenant_id))
         return int(row["next_executor"]) if row else 1
 
+    def executor_ids(self) -> dict[str, int]:
+        with self._lock:
+            rows = dict(self._rows["executor_ids"])
+        return {_parts(n)[0]: int(r["next_executor"]) for n, r in rows.items()}
+
     def framework_id(self) -> str | None:
         with self._lock:
             row = self._rows["meta"].get("framework_id")
@@ -263,8 +268,62 @@ class ZkStore:
     def forget_framework_id(self) -> None:
         self._transaction([("meta", "framework_id", None)])
 
+    def import_rows(self, rows: dict[str, dict[str, dict]]) -> int:
+        """`fairbroker state import`: write `rows` (as `rows_of`) into an empty state, in
+        one transaction, while no broker is a member of the election. Returns the znodes
+        written. Raises StoreError (nothing written) otherwise."""
+        client = self._client_of()
+        election = self.root.rsplit("/", 1)[0] + "/election"
+        if client.exists(election) and client.get_children(election):
+            raise StoreError(f"{self.path}: brokers are running (members under {election}); "
+                             "stop them first")  # fmt: skip
+        self.load()
+        held = sum(len(t) for t in self._rows.values())
+        if held:
+            raise StoreError(f"{self.path}: holds {held} rows already; import only into an "
+                             "empty path")  # fmt: skip
+        transaction = client.transaction()
+        count = 0
+        for table, named in rows.items():
+            if table not in TABLES:
+                raise StoreError(f"unknown table {table!r}")
+            for name, row in named.items():
+                transaction.create(f"{self.root}/{table}/{name}", _dumps(row))
+                count += 1
+        results = transaction.commit()
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:
+            raise StoreError(f"{self.path}: import refused ({type(failed[0]).__name__})")
+        self.load()
+        return count
+
     def close(self) -> None:
         """The session is the election's; nothing of the store's own to release."""
+
+
+def rows_of(store: Any, framework_id: str | None) -> dict[str, dict[str, dict]]:
+    """A store's state (SQLite `Store` or `ZkStore`) as ZkStore rows: the document of
+    `fairbroker state export`."""
+    rows: dict[str, dict[str, dict]] = {t: {} for t in TABLES}
+    for tenant in store.tenants():
+        rows["tenants"][_name(tenant.tenant_id)] = {
+            "request": base64.b64encode(tenant.request.SerializeToString()).decode(),
+            "target": tenant.target, "next_executor": tenant.next_executor,
+        }  # fmt: skip
+    for tenant_id, next_executor in store.executor_ids().items():
+        rows["executor_ids"][_name(tenant_id)] = {"next_executor": next_executor}
+    leaving = {(r.tenant_id, r.executor_id): r for r in store.reclaims()}
+    for spec, handle in store.executors():
+        key = (spec.tenant_id, spec.executor_id)
+        state = LEAVING if key in leaving else (LAUNCHED if handle else LAUNCHING)
+        rows["executors"][_name(*key)] = {"spec": asdict(spec), "handle": handle, "state": state}
+    for (tenant_id, executor_id), r in leaving.items():
+        rows["reclaims"][_name(tenant_id, executor_id)] = {
+            "beneficiary": r.beneficiary, "placement": r.placement, "deadline": r.deadline,
+        }  # fmt: skip
+    if framework_id:
+        rows["meta"]["framework_id"] = {"value": framework_id}
+    return rows
 
 
 class ZkFrameworkId:

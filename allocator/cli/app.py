@@ -119,11 +119,12 @@ def _add_live_commands() -> None:
     from allocator.cli.live import COMMANDS
     from allocator.cli.sim import sim
     from allocator.cli.solve import solve
+    from allocator.cli.state import state
     from allocator.cli.teardown import teardown
     from allocator.cli.whatif import whatif
     from spark_shim.submit import submit_command
 
-    for command in (*COMMANDS, compare, sim, submit_command, whatif, solve, teardown):
+    for command in (*COMMANDS, compare, sim, submit_command, whatif, solve, teardown, state):
         cli.add_command(command)
 
 
