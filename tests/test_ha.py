@@ -319,12 +319,14 @@ def _stand_in_spark(tmp_path: Path) -> Path:
 class Serve:
     """One `fairbroker serve --ha` subprocess on loopback (stopped by pid)."""
 
-    def __init__(self, name: str, zk_url: str, state: Path, spark: Path, log_dir: Path,
+    def __init__(self, name: str, zk_url: str, state: Path, spark: Path | None, log_dir: Path,
                  lease: float = LEASE, extra: tuple[str, ...] = ()) -> None:  # fmt: skip
         self.name = name
         self.http, self.grpc, self.metrics = free_port(), free_port(), free_port()
         self.log = log_dir / f"serve-{name}.log"
-        env = {**os.environ, "SPARK_HOME": str(spark)}
+        env = dict(os.environ)
+        if spark is not None:  # a stand-in; None: the installed pyspark's real Spark
+            env["SPARK_HOME"] = str(spark)
         self.process = subprocess.Popen([
             sys.executable, "-c", "from allocator.cli import main; main()", "serve",
             "--ha", zk_url, "--state-dir", str(state), "--port", str(self.http),
@@ -585,6 +587,64 @@ def test_a_zookeeper_outage_fences_the_leader_until_it_returns(pair, zk: ZooKeep
         started.extend(_stored_pids(url).values())
         assert set(_executors(a, "t")) == {"1", "2", "3"}
         assert all(_alive(p) for p in pids.values())
+
+
+@pytest.mark.slow
+@pytest.mark.live
+@needs_zk
+def test_a_real_spark_job_runs_through_a_failover(tmp_path: Path, zk: ZooKeeper) -> None:
+    """A real Spark job (2 executors of 2 cores, 40 tasks of 3 s) submitted with both
+    brokers' addresses; the leader SIGKILLed mid-job: the standby takes over, re-adopts the
+    two executor JVMs (same pids, none started), the plugin follows it (its heartbeats go on
+    to the new leader), and the job finishes with the right answer."""
+    from support.spark import HOSTS_JOB, Driver, executor_processes
+
+    state, url = tmp_path / "state", zk.url("/fairbroker")
+    a = Serve("a", url, state, None, tmp_path, lease=30)
+    brokers = [a]
+    driver = None
+    try:
+        wait_for(lambda: a.healthz()[0] == 200, 60, "the first broker to lead")
+        b = Serve("b", url, state, None, tmp_path, lease=30)
+        brokers.append(b)
+        wait_for(lambda: b.healthz()[0] == 503, 60, "the second to stand by")
+        conf = {"spark.executor.cores": "2", "spark.executor.memory": "640m",
+                "spark.executor.instances": "2"}  # fmt: skip
+        driver = Driver(f"127.0.0.1:{a.http},127.0.0.1:{b.http}", [str(HOSTS_JOB), "2", "40",
+                        "3"], workdir=tmp_path, name="failover", conf=conf)  # fmt: skip
+
+        def two_jvms() -> list[int] | None:
+            pids = sorted(executor_processes(str(state), jvms_only=True))
+            return pids if len(pids) == 2 else None
+
+        before = wait_for(two_jvms, 180, "two executor JVMs")
+        time.sleep(5)  # the job's tasks are running on them
+        a.process.send_signal(signal.SIGKILL)
+        a.process.wait(10)
+        wait_for(lambda: b.healthz()[0] == 200, 45, "the standby to take over")
+        assert _executors(b, driver_tenant(b)) == {"1": "RUNNING", "2": "RUNNING"}
+        assert sorted(executor_processes(str(state), jvms_only=True)) == before
+        code, result = driver.wait()
+        assert code == 0, driver.output()
+        assert result["sum"] == sum(range(40))
+        # during the take-over the plugin, finding the leader gone, asked the other address
+        assert "standby, leader at" in driver.log.read_text(errors="replace")
+    finally:
+        if driver is not None:
+            driver.kill()
+        for broker in brokers:
+            broker.stop()
+        for pid in executor_processes(str(state)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        for broker in brokers:
+            print(f"--- {broker.name}:", broker.log.read_text(errors="replace")[-3000:])
+
+
+def driver_tenant(broker: Serve) -> str:
+    answer = requests.get(f"http://127.0.0.1:{broker.http}/v1/GetAllocation", timeout=5)
+    tenants = [t["tenantId"] for t in answer.json().get("tenants", [])]
+    return tenants[0] if len(tenants) == 1 else ""
 
 
 # ---- on the real Mesos 1.11.0 master ---------------------------------------------------------
