@@ -75,6 +75,16 @@ def test_ha_is_a_setting_from_a_flag_the_environment_or_the_file(tmp_path: Path)
         load_serve_config({"ha": "zk://h:1/x", "state_recover": True}, None, {})
 
 
+def test_submit_takes_several_broker_addresses() -> None:
+    from spark_shim.submit import SubmitError, master_url
+
+    assert master_url("h1:7080, 10.0.0.2:7080") == "sparkbroker://h1:7080,10.0.0.2:7080"
+    assert master_url("h1:7080") == "sparkbroker://h1:7080"
+    for bad in ("h1:7080,", "h1:7080,h2", "h1:7080,h2:70800"):
+        with pytest.raises(SubmitError, match="expected HOST:PORT"):
+            master_url(bad)
+
+
 def test_the_lowest_sequence_leads_whatever_the_listing_order() -> None:
     names = ["member_0000000012", "member_0000000003", "member_0000000010", "junk"]
     assert leader_of(names) == "member_0000000003"
@@ -448,7 +458,8 @@ def pair(tmp_path: Path, zk: ZooKeeper):
     try:
         wait_for(lambda: brokers[0].healthz()[0] == 200, 60, "the first broker to lead")
         brokers.append(Serve("b", url, state, spark, tmp_path))
-        wait_for(lambda: brokers[1].healthz()[0] == 503, 60, "the second to stand by")
+        wait_for(lambda: "leader at" in brokers[1].healthz()[1].get("reason", ""), 60,
+                 "the second to stand by, naming the leader")  # fmt: skip
         yield brokers, parse_zk_url(url), started
     finally:
         for broker in brokers:
@@ -488,6 +499,10 @@ def test_one_broker_leads_the_standby_names_it_on_every_transport(pair) -> None:
     assert str(called.value) == f"broker at 127.0.0.1:{b.grpc}: {report['reason']}"
     with BrokerClient(f"127.0.0.1:{a.grpc}") as client:
         assert client.allocation().broker.backend == "local"  # the leader serves
+    from allocator.broker.address import check_submit_address
+
+    nobody = f"127.0.0.1:{free_port()}"  # submit skips an address where nothing answers
+    assert check_submit_address([nobody, f"127.0.0.1:{b.http}"]) == f"127.0.0.1:{b.http}"
     assert (a.gauge("fairbroker_leader"), b.gauge("fairbroker_leader")) == (1.0, 0.0)
     assert a.gauge("fairbroker_leadership_changes_total") == 1.0
     assert b.gauge("fairbroker_leadership_changes_total") == 0.0
