@@ -499,6 +499,10 @@ def test_one_broker_leads_the_standby_names_it_on_every_transport(pair) -> None:
     assert str(called.value) == f"broker at 127.0.0.1:{b.grpc}: {report['reason']}"
     with BrokerClient(f"127.0.0.1:{a.grpc}") as client:
         assert client.allocation().broker.backend == "local"  # the leader serves
+    from support.commands import one_line_error, run_fairbroker
+
+    done = run_fairbroker("status", "--broker", f"127.0.0.1:{b.http}")
+    one_line_error(done, f"broker at 127.0.0.1:{b.http}: {report['reason']}")
     from allocator.broker.address import check_submit_address
 
     nobody = f"127.0.0.1:{free_port()}"  # submit skips an address where nothing answers
