@@ -501,6 +501,19 @@ def test_one_broker_leads_the_standby_names_it_on_every_transport(pair) -> None:
         assert client.allocation().broker.backend == "local"  # the leader serves
     from support.commands import one_line_error, run_fairbroker
 
+    healthcheck = Path(__file__).resolve().parents[1] / "docker" / "broker" / "healthcheck.py"
+
+    def container_health(port: int, ha: bool) -> int:
+        env = {**os.environ, "FAIRBROKER_PORT": str(port)}
+        env.pop("FAIRBROKER_HA", None)
+        if ha:
+            env["FAIRBROKER_HA"] = "zk://zookeeper:2181/fairbroker"
+        return subprocess.run([sys.executable, str(healthcheck)], env=env, timeout=30,
+                              capture_output=True).returncode  # fmt: skip
+
+    # the compose containers: a standby is a healthy container, not a healthy broker
+    assert (container_health(a.http, True), container_health(b.http, True)) == (0, 0)
+    assert container_health(b.http, False) == 1
     done = run_fairbroker("status", "--broker", f"127.0.0.1:{b.http}")
     one_line_error(done, f"broker at 127.0.0.1:{b.http}: {report['reason']}")
     from allocator.broker.address import check_submit_address
