@@ -10,6 +10,9 @@ SUSPENDED (the connection dropped, the session may still live) makes `fence()` a
 so the broker launches nothing and accepts no offer until CONNECTED returns; LOST (the
 session expired: ZooKeeper has removed our node and someone else may lead) makes a leader
 step down for good (`on_deposed`), since its memory may be behind the new leader's state.
+A leader whose election thread has not heard from ZooKeeper for half the session timeout (a
+process paused by SIGSTOP or starved, whose session may have expired before kazoo can say
+so) is fenced too, until ZooKeeper answers again.
 Every state write is a transaction that checks our election node (`ZkStore`), so a leader
 whose session expired while it was paused cannot write whatever it still believes.
 """
@@ -85,6 +88,7 @@ class Leadership:
         self.leader: Member | None = None  # the leader we know of (ourselves when leading)
         self.changes = 0  # leaderships this broker took
         self.took_over_at: float | None = None  # unix time of our last take-over
+        self.confirmed = 0.0  # (monotonic) the last time ZooKeeper answered the election thread
         self.client = None
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -125,6 +129,11 @@ class Leadership:
             return "ZooKeeper connection suspended: launching nothing until it returns"
         if not self.leading:
             return "not the leader"
+        silent = time.monotonic() - self.confirmed
+        if silent > self.session_timeout / 2:
+            # the process was paused (or starved) for that long: its session may have expired
+            # before kazoo can say so; nothing is done until ZooKeeper answers again
+            return f"ZooKeeper not heard from for {silent:.0f} s: launching nothing until it is"
         return None
 
     def refusal(self) -> str:
@@ -191,6 +200,7 @@ class Leadership:
             )  # fmt: skip
             log.info("joined the election as %s", self.node)
         children = client.get_children(self.election_path, watch=self._watch)
+        self.confirmed = time.monotonic()
         mine = self.node.rsplit("/", 1)[1]
         if mine not in children:  # removed under us: the session must have expired
             self.node = None
