@@ -98,12 +98,20 @@ class SubmitPlan:
     driver_host: str = ""  # which spark.driver.host was chosen and why
 
 
+def broker_addresses(broker: str) -> list[str]:
+    """HOST:PORT, or several comma-separated (brokers run with --ha: the plugin calls
+    whichever leads)."""
+    addresses = [a.strip() for a in broker.split(",")]
+    for address in addresses:
+        match = _BROKER.match(address)
+        if not match or not 0 < int(match.group(2)) < 65536:
+            raise SubmitError(f"--broker: expected HOST:PORT[,HOST:PORT...], got {broker!r}")
+    return addresses
+
+
 def master_url(broker: str) -> str:
-    """sparkbroker://HOST:PORT for a broker given as HOST:PORT."""
-    match = _BROKER.match(broker.strip())
-    if not match or not 0 < int(match.group(2)) < 65536:
-        raise SubmitError(f"--broker: expected HOST:PORT, got {broker!r}")
-    return f"sparkbroker://{broker.strip()}"
+    """sparkbroker://HOST:PORT[,HOST:PORT...] for brokers given as HOST:PORT[,...]."""
+    return "sparkbroker://" + ",".join(broker_addresses(broker))
 
 
 def spark_submit_path() -> Path:
@@ -261,7 +269,7 @@ def spark_submit_command(
     leading.update(decommission_defaults(parsed.properties, extra, parsed.conf))
     host_note = "spark.driver.host as given"
     if not any("spark.driver.host" in source for source in (parsed.properties, extra, parsed.conf)):
-        host, host_note = driver_host(broker)
+        host, host_note = driver_host(broker_addresses(broker)[0])
         if host is not None:
             leading["spark.driver.host"] = host
     leading.update(extra)
@@ -307,7 +315,8 @@ def configure_session(
     options: Mapping[str, str] = getattr(builder, "_options", {})
     jars = [j for j in str(options.get("spark.jars", "")).split(",") if j]
     builder = builder.master(url).config("spark.jars", ",".join([str(plugin_jar()), *jars]))
-    host = driver_host(broker)[0] if "spark.driver.host" not in options else None
+    first = broker_addresses(broker)[0]
+    host = driver_host(first)[0] if "spark.driver.host" not in options else None
     if host is not None:
         builder = builder.config("spark.driver.host", host)
     for key, value in _fairbroker_conf(group, weight, oblivious, token).items():
@@ -357,7 +366,8 @@ def describe_demand(demand: ExecutorDemand, *, oblivious: bool = False) -> str:
     envvar="FAIRBROKER_BROKER",
     default=DEFAULT_BROKER,
     show_default=True,
-    help="Broker address HOST:PORT (env FAIRBROKER_BROKER).",
+    help="Broker address HOST:PORT, or HOST:PORT,HOST:PORT for brokers run with --ha "
+    "(env FAIRBROKER_BROKER).",
 )
 @click.option("--group", default="*", show_default=True, help="Group / role of the tenant.")
 @click.option("--weight", type=float, default=1.0, show_default=True, help="Tenant weight.")
@@ -388,8 +398,8 @@ def submit_command(
         from allocator.broker.address import check_submit_address, check_submit_token
 
         try:
-            check_submit_address(broker)
-            check_submit_token(broker, token)
+            address = check_submit_address(broker_addresses(broker))
+            check_submit_token(address, token)
         except FairbrokerError as error:
             raise click.ClickException(str(error)) from None
     click.echo(describe_demand(plan.demand, oblivious=oblivious), err=True)

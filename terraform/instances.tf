@@ -16,8 +16,11 @@ locals {
     }
   ]...)
   master_ips = [for i in range(var.master_count) : cidrhost(var.subnet_cidr, 10 + i)]
-  broker_ip  = cidrhost(var.subnet_cidr, 20)
+  broker_ips = [for i in range(var.broker_count) : cidrhost(var.subnet_cidr, 20 + i)]
+  broker_ip  = local.broker_ips[0]
   zk_url     = "zk://${join(",", [for ip in local.master_ips : "${ip}:2181"])}/mesos"
+  # several brokers: elected, and their state kept, in the masters' ZooKeeper
+  broker_ha = var.broker_count > 1 ? "zk://${join(",", [for ip in local.master_ips : "${ip}:2181"])}/fairbroker" : ""
   common = {
     mesos_install = templatefile("${path.module}/templates/mesos-install.sh.tftpl", {
       mesos_tarball_url    = var.mesos_tarball_url
@@ -101,6 +104,33 @@ resource "aws_instance" "broker" {
   }
   depends_on = [aws_instance.master]
   tags       = { Name = "${var.name}-broker", Role = "fairbroker" }
+}
+
+# The standby brokers (broker_count > 1): the same host as the first, another address.
+resource "aws_instance" "broker_standby" {
+  #checkov:skip=CKV_AWS_88:a public address for admin access from var.admin_cidrs only (security group); use a VPN and drop it where one exists
+  count                       = var.broker_count - 1
+  ami                         = local.ami
+  instance_type               = var.broker_instance_type
+  subnet_id                   = aws_subnet.cluster.id
+  private_ip                  = local.broker_ips[count.index + 1]
+  vpc_security_group_ids      = [aws_security_group.broker.id]
+  associate_public_ip_address = true
+  key_name                    = var.ssh_key_name
+  monitoring                  = true
+  ebs_optimized               = true
+  iam_instance_profile        = aws_iam_instance_profile.node.name
+  user_data_base64            = base64gzip(local.user_data_broker_standby[count.index])
+  metadata_options {
+    http_endpoint = "enabled"
+    http_tokens   = "required"
+  }
+  root_block_device {
+    encrypted   = true
+    volume_size = var.root_volume_gb
+  }
+  depends_on = [aws_instance.master]
+  tags       = { Name = "${var.name}-broker-${count.index + 2}", Role = "fairbroker" }
 }
 
 # Instances may be managed through SSM instead of SSH; nothing else.

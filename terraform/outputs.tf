@@ -9,8 +9,8 @@ output "mesos_master_zk" {
 }
 
 output "broker_api" {
-  description = "Spark's master URL for jobs inside the VPC (sparkbroker://HOST:7080)."
-  value       = "sparkbroker://${aws_instance.broker.private_ip}:7080"
+  description = "Spark's master URL for jobs inside the VPC: every broker (sparkbroker://HOST:7080[,HOST:7080]; the plugin follows the leader)."
+  value       = "sparkbroker://${join(",", [for ip in concat([aws_instance.broker.private_ip], aws_instance.broker_standby[*].private_ip) : "${ip}:7080"])}"
 }
 
 output "broker_grpc" {

@@ -37,7 +37,8 @@ locals {
     {
       agent_master_mesos     = { source = "agent", group = "master", from = 5050, to = 5050, description = "Mesos agents register with the master (authenticated)" }
       broker_master_mesos    = { source = "broker", group = "master", from = 5050, to = 5050, description = "the broker calls the scheduler and operator APIs (authenticated)" }
-      broker_master_zk       = { source = "broker", group = "master", from = 2181, to = 2181, description = "the broker finds the leading master in ZooKeeper" }
+      broker_master_zk       = { source = "broker", group = "master", from = 2181, to = 2181, description = "the broker finds the leading master in ZooKeeper (and, with several brokers, their leader and state)" }
+      broker_broker_metrics  = { source = "broker", group = "broker", from = 7082, to = 7082, description = "Prometheus on each broker host scrapes every broker" }
       master_master_mesos    = { source = "master", group = "master", from = 5050, to = 5050, description = "replicated log between masters" }
       master_master_zk       = { source = "master", group = "master", from = 2181, to = 2181, description = "masters find the leader in ZooKeeper" }
       master_master_quorum   = { source = "master", group = "master", from = 2888, to = 2888, description = "ZooKeeper quorum" }

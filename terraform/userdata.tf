@@ -42,7 +42,7 @@ locals {
     ] })
   })) }
 
-  user_data_broker = templatefile("${path.module}/templates/broker.yaml.tftpl", merge(local.common, {
+  broker_vars = merge(local.common, {
     wheel_url       = var.fairbroker_wheel_url
     install_pymesos = file("${path.module}/../scripts/install_pymesos.py")
     role            = var.broker_role
@@ -50,7 +50,9 @@ locals {
     master_ips      = local.master_ips
     quota_cpus      = sum([for a in values(local.agents) : a.cpus])
     quota_mem       = sum([for a in values(local.agents) : a.mem_mb])
-    broker_ip       = local.broker_ip
+    ha_url          = local.broker_ha
+    # every broker host's Prometheus scrapes every broker (the leader and the standbys)
+    metrics_targets = jsonencode([for ip in local.broker_ips : "${ip}:7082"])
     principal       = local.broker_principal
     mesos_secret    = terraform_data.mesos_secret["broker"].output
     systemd_unit    = file("${path.module}/../deploy/systemd/fairbroker.service")
@@ -58,5 +60,11 @@ locals {
     alertmanager    = file("${path.module}/../deploy/alertmanager.yml")
     grafana_board   = file("${path.module}/../deploy/grafana/fairbroker.json")
     grafana_boards  = file("${path.module}/../deploy/grafana/dashboards.yml")
+  })
+  user_data_broker = templatefile("${path.module}/templates/broker.yaml.tftpl", merge(local.broker_vars, {
+    broker_ip = local.broker_ip
   }))
+  user_data_broker_standby = [for ip in slice(local.broker_ips, 1, var.broker_count) : templatefile("${path.module}/templates/broker.yaml.tftpl", merge(local.broker_vars, {
+    broker_ip = ip
+  }))]
 }

@@ -116,6 +116,16 @@ variable "master_instance_type" {
   }
 }
 
+variable "broker_count" {
+  description = "Broker hosts: 1, or 2-3 for fail-over (one leads, elected in the masters' ZooKeeper where the brokers keep their state; docs/operations.md)."
+  type        = number
+  default     = 2
+  validation {
+    condition     = var.broker_count >= 1 && var.broker_count <= 3 && floor(var.broker_count) == var.broker_count
+    error_message = "broker_count: 1, 2 or 3."
+  }
+}
+
 variable "broker_instance_type" {
   description = "Instance type of the broker host (the broker, Prometheus and Grafana)."
   type        = string

@@ -159,7 +159,30 @@ def test_the_broker_is_a_mesos_framework_with_its_role_quota_and_a_valid_config(
     assert str(REPO / "deploy" / "alerts.yml") in mounts
     assert str(REPO / "deploy" / "grafana" / "fairbroker.json") in mounts
     scrape = yaml.safe_load((DOCKER / "prometheus.yml").read_text())
-    assert scrape["scrape_configs"][0]["static_configs"][0]["targets"] == ["broker:7082"]
+    targets = scrape["scrape_configs"][0]["static_configs"][0]["targets"]
+    assert targets == ["broker:7082", "broker-b:7082"]
+
+
+def test_two_brokers_elect_a_leader_in_the_clusters_zookeeper(resolved: dict) -> None:
+    """broker and broker-b: the same configuration but their names, state volumes and host
+    ports, both with FAIRBROKER_HA on the compose ZooKeeper, which shares their network."""
+    services = resolved["services"]
+    configs = {}
+    for name in ("broker", "broker-b"):
+        env = {k: str(v) for k, v in services[name]["environment"].items()}
+        configs[name] = load_serve_config({}, None, env)[0]
+        assert configs[name].ha == "zk://zookeeper:2181/fairbroker"
+        assert set(services[name]["networks"]) & set(services["zookeeper"]["networks"])
+    a, b = configs["broker"], configs["broker-b"]
+    assert (a.hostname, b.hostname) == ("broker", "broker-b")
+    assert a.model_dump(exclude={"hostname"}) == b.model_dump(exclude={"hostname"})
+    assert volume_at(services["broker"], "/var/lib/fairbroker") != volume_at(
+        services["broker-b"], "/var/lib/fairbroker"
+    )
+    # docker-compose 1.29 resolves ports as "127.0.0.1:7080:7080/tcp"
+    published = [{p.split(":")[1] for p in services[n]["ports"]} for n in ("broker", "broker-b")]
+    assert published == [{"7080", "7081", "7082"}, {"7090", "7091", "7092"}]
+    assert services["broker-b"]["healthcheck"] == services["broker"]["healthcheck"]
 
 
 def volume_at(service: dict, directory: str) -> str:
@@ -199,7 +222,7 @@ def test_secrets_are_drawn_at_first_start_kept_and_mounted_only_where_needed(
     runtime = (DOCKER / "broker" / "Dockerfile").read_text().split("AS runtime", 1)[1]
     assert re.search(r"^\s+FAIRBROKER_HOST=0\.0\.0\.0", runtime.split("AS client")[0], re.M)
     assert maker["restart"] == "no" and maker["network_mode"] == "none"
-    for name in ("broker", "mesos-master", "grafana"):
+    for name in ("broker", "broker-b", "mesos-master", "grafana"):
         condition = services[name]["depends_on"]["secrets"]["condition"]
         assert condition == "service_completed_successfully", name
     # who mounts which secret volume
@@ -212,6 +235,7 @@ def test_secrets_are_drawn_at_first_start_kept_and_mounted_only_where_needed(
     assert mounts == {
         **{n: set() for n in services if n != "secrets"},
         "broker": {"broker-token", "broker-mesos"},
+        "broker-b": {"broker-token", "broker-mesos"},  # the standby: the same framework
         "client": {"broker-token"},  # the drivers: the tenant token, not the Mesos secret
         "mesos-setup": {"broker-mesos"},
         "mesos-master": {"mesos-credentials"},
@@ -499,6 +523,9 @@ def test_the_compose_mesos_authentication_on_a_real_master_and_agents(
             "FAIRBROKER_METRICS_PORT": str(free_port()),
             "FAIRBROKER_STATE_DIR": str(tmp_path / "broker-state"),
         })  # fmt: skip
+        # the compose ZooKeeper is not here: one broker, not elected (tests/test_ha.py runs
+        # the election on a real ZooKeeper); what this checks is its Mesos authentication
+        assert env.pop("FAIRBROKER_HA") == "zk://zookeeper:2181/fairbroker"
         spawn("broker", [sys.executable, "-c", "from allocator.cli import main; main()",
                          "serve"], env)  # fmt: skip
 

@@ -258,7 +258,8 @@ def test_the_broker_host_requires_a_token(tmp_path: Path) -> None:
     text = _render(
         (TF / "templates" / "broker.yaml.tftpl").read_text(),
         scheduler="rpsdsf", broker_ip="10.42.1.20", zk_url="zk://10.42.1.10:2181/mesos",
-        role="spark", principal="fairbroker",
+        role="spark", principal="fairbroker", ha_url="zk://10.42.1.10:2181/fairbroker",
+        metrics_targets='["10.42.1.20:7082", "10.42.1.21:7082"]',
     )  # fmt: skip
     cloud = yaml.safe_load(text)
     (config_file,) = [
@@ -267,6 +268,11 @@ def test_the_broker_host_requires_a_token(tmp_path: Path) -> None:
     (tmp_path / "fairbroker.yaml").write_text(config_file["content"])
     config, _ = load_serve_config({}, tmp_path / "fairbroker.yaml", {})
     assert config.host == "0.0.0.0" and config.token is None
+    assert config.ha == "zk://10.42.1.10:2181/fairbroker"  # one of two brokers
+    files = {f["path"]: f for f in cloud["write_files"]}
+    prometheus = files["/etc/prometheus/prometheus.yml"]
+    scrape = yaml.safe_load(prometheus["content"])["scrape_configs"][0]["static_configs"][0]
+    assert scrape["targets"] == ["10.42.1.20:7082", "10.42.1.21:7082"]
     assert config.token_file == Path("/etc/fairbroker/token")
     # the framework authenticates to the masters (terraform test checks the secret's value)
     assert config.principal == "fairbroker"
@@ -289,6 +295,11 @@ def test_instances_outputs_and_cloud_init() -> None:
         assert instance["user_data_base64"].startswith(f"${{base64gzip(local.user_data_{name}")
         assert f"templates/{name}.yaml.tftpl" in (TF / "userdata.tf").read_text(), name
     assert resources[("aws_instance", "master")]["count"] == "${var.master_count}"
+    standby = resources[("aws_instance", "broker_standby")]
+    assert standby["count"] == "${var.broker_count - 1}"
+    for key in ("metadata_options", "root_block_device", "vpc_security_group_ids", "ami"):
+        assert standby[key] == resources[("aws_instance", "broker")][key], key
+    assert standby["user_data_base64"].startswith("${base64gzip(local.user_data_broker_standby")
     outputs = everything("output")
     assert {"mesos_master_url", "broker_api", "prometheus_url", "grafana_url"} <= set(outputs)
     assert "sparkbroker://" in outputs["broker_api"]["value"]

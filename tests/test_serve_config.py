@@ -76,12 +76,13 @@ def test_every_option_has_an_environment_variable() -> None:
         "role_weights": "pi=2,wc=1", "fuga_k": "4", "fuga_lambda": "0.5",
         "reclaim_after": "0", "reclaim_grace": "3", "reclaim_min_runtime": "1",
         "reclaim_per_run": "2", "reclaim_per_minute": "9", "protected_groups": "prod, etl",
+        "ha": None,
     }  # fmt: skip
     assert set(samples) == set(ServeConfig.model_fields)
     env = {f"FAIRBROKER_{k.upper()}": v for k, v in samples.items() if v is not None}
     config, sources = load_serve_config({}, None, env)
     for key, text in samples.items():
-        if text is None:  # token_file excludes token; checked on its own below
+        if text is None:  # token_file excludes token, ha state_recover: each on its own below
             continue
         assert sources[key] == f"FAIRBROKER_{key.upper()}"
         assert getattr(config, key) != ServeConfig.model_fields[key].default, key
@@ -91,6 +92,10 @@ def test_every_option_has_an_environment_variable() -> None:
     assert engine.protected_groups == ("etl", "prod") and engine.reclaim_after == 0
     env = {"FAIRBROKER_TOKEN_FILE": "/srv/token"}
     assert load_serve_config({}, None, env)[0].token_file == Path("/srv/token")
+    env = {"FAIRBROKER_HA": "zk://z1:2181,z2:2181/fb"}
+    assert load_serve_config({}, None, env)[0].ha == "zk://z1:2181,z2:2181/fb"
+    env = {"FAIRBROKER_HA": "zk://z1:2181,z2:2181/fb"}
+    assert load_serve_config({}, None, env)[0].ha == "zk://z1:2181,z2:2181/fb"
 
 
 def test_flag_defaults_shown_in_help_are_the_schemas() -> None:

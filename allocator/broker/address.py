@@ -171,10 +171,19 @@ def check_submit_token(address: str, token: str | None) -> None:
         raise BrokerAddressError(f"the broker at {address} refuses {how}")
 
 
-def check_submit_address(address: str) -> None:
-    """`submit` goes to the broker's HTTP port: refuse its gRPC port, or no broker, up front."""
+def check_submit_address(addresses: str | list[str]) -> str:
+    """`submit` goes to the broker's HTTP port: refuse its gRPC port, or no broker, up front.
+    Of several addresses (--ha), the first where a broker answers (leader or standby) is
+    returned; if none does, the first one's problem is raised."""
+    if isinstance(addresses, list):
+        for address in addresses:
+            if is_http_broker(address):
+                return address
+        address = addresses[0]
+    else:
+        address = addresses
     if is_http_broker(address):
-        return
+        return address
     _not_the_metrics_port(address, f"submit uses its HTTP port (default {DEFAULT_HTTP_PORT})")
     if is_grpc_broker(address):
         raise BrokerAddressError(

@@ -26,11 +26,13 @@ class BrokerClient:
 
     def _call(self, name: str, request):
         try:
-            return getattr(self._stub, name)(
-                request, metadata=self._metadata, timeout=self.timeout
-            )
+            return getattr(self._stub, name)(request, metadata=self._metadata, timeout=self.timeout)
         except grpc.RpcError as error:
             code = error.code().name if error.code() else "UNKNOWN"
+            details = error.details() or ""
+            if code == "UNAVAILABLE" and details.startswith(("standby", "taking over")):
+                # --ha: a standby answered, naming the leader
+                raise BrokerCallError(code, f"broker at {self.target}: {details}") from None
             if code == "UNAVAILABLE":
                 raise BrokerCallError(code, f"broker at {self.target} is not reachable") from None
             raise BrokerCallError(code, error.details() or code) from None

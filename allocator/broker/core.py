@@ -98,6 +98,12 @@ class Broker:
         # Observers (metrics): called under the broker's lock, must be quick and not raise.
         self.on_run: list[Callable[[float, int], None]] = []  # (run seconds, executors launched)
         self.on_registered: list[Callable[[float], None]] = []  # grant -> registered seconds
+        # Why this broker must launch nothing and accept no offer now (--ha: the ZooKeeper
+        # session is suspended or lost), or None; read at every run and before every launch.
+        self.fence: Callable[[], str | None] = lambda: None
+        # --ha: why this broker serves no tenant call (a standby names the leader), or None
+        self.standby: Callable[[], str | None] = lambda: None
+        self._fenced_by: str | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------
     def start(self, loop: bool = True) -> None:
@@ -263,6 +269,9 @@ class Broker:
         is one of the things to report."""
         backend_health = getattr(self.backend, "health", None)
         report = {"ok": True} if backend_health is None else dict(backend_health())
+        fenced = self.fence()
+        if fenced is not None:
+            report.update(ok=False, reason=fenced)
         problem = self._loop.problem()
         if problem is not None:
             report["allocation_loop"] = problem
@@ -554,6 +563,8 @@ class Broker:
     def allocate_once(self) -> int:
         """One allocation run and its launches; returns the executors launched."""
         with self._lock:
+            if self._fenced():
+                return 0  # nothing expires, launches, reclaims or is accepted meanwhile
             now = time.monotonic()
             self._expire_leases(now)
             if self._held:
@@ -579,6 +590,17 @@ class Broker:
                     observe(time.perf_counter() - began, launched)
             self._poke()  # a run stopped at the launch cap continues at once
             return launched
+
+    def _fenced(self) -> bool:
+        """Is the broker fenced now? Logs each change once."""
+        reason = self.fence()
+        if reason != self._fenced_by:
+            if reason is None:
+                log.warning("fence lifted: allocating again")
+            else:
+                log.warning("fenced: %s", reason)
+            self._fenced_by = reason
+        return reason is not None
 
     def _launch(self, tenant: Tenant, agent: str, resources: dict[str, float], now: float) -> bool:
         """Record, then start, one executor; False (and the grant given back) if either
@@ -611,6 +633,8 @@ class Broker:
         tenant.grants += 1
         faults.point("before-launch")
         try:
+            if self._fenced():  # fenced during this run: the intent row is reconciled later
+                raise NoRoom(f"fenced: {self._fenced_by}")
             handle = self.backend.launch(spec)
         except Exception as error:  # a launch failure must not stop the loop
             del tenant.executors[executor_id]

@@ -74,6 +74,9 @@ def _method(name: str):
                 )
             metadata = dict(context.invocation_metadata())
             check_token(self.token, metadata.get("authorization"))
+            standby = self.broker.standby()
+            if standby is not None:  # --ha: the standby names the leader
+                raise ApiError("UNAVAILABLE", standby)
             reply = _within_deadline(
                 self.broker, context, lambda: call.handler(self.broker, request)
             )

@@ -93,7 +93,10 @@ class TenantHttpServer:
     async def _handle(self, scope: Scope, receive: Receive, method: str) -> tuple[int, bytes]:
         verb, path = scope["method"], scope["path"]
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        standby = self.broker.standby()
         if verb == "GET" and path == "/healthz":
+            if standby is not None:  # --ha: a standby is not a broker to send tenants to
+                return 503, json.dumps({"ok": False, "standby": True, "reason": standby}).encode()
             # unhealthy (the allocation loop, or Mesos: not subscribed): 503 and why
             report = self.broker.health()
             return (200 if report["ok"] else 503), json.dumps(report).encode()
@@ -120,6 +123,9 @@ class TenantHttpServer:
                 f"no such call {printable(repr(method[:100]))}; calls: {sorted(CALLS)}",
             )
         check_token(self.token, headers.get("authorization"))
+        standby = self.broker.standby()
+        if standby is not None:
+            raise ApiError("UNAVAILABLE", standby)
         try:
             text = body.decode("utf-8") if body else "{}"
             request = json_format.Parse(text, call.request_type())

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from allocator.backends.base import AgentInfo, Backend
 from allocator.backends.local import LocalCluster
@@ -18,6 +22,10 @@ from allocator.broker.limits import Limits
 from allocator.broker.metrics import BrokerMetrics, MetricsServer
 from allocator.broker.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from allocator.broker.store import Store
+from allocator.broker.zk_url import ZkUrl
+
+if TYPE_CHECKING:
+    from allocator.broker.leader import Leadership
 from allocator.engine_config import EngineConfig
 from allocator.scenarios.cluster_file import DEFAULT_CLUSTER, load_cluster_file
 
@@ -44,6 +52,12 @@ class BrokerOptions:
     state_recover: bool = False  # keep what is readable of a damaged state file
     metrics_token: bool = False  # /metrics requires the tenant API's token too
     http_limits: HttpLimits = field(default_factory=HttpLimits)  # tenant API and /metrics
+    # --ha: elect a leader and keep the state in ZooKeeper (None: one broker, SQLite)
+    ha: ZkUrl | None = None
+    advertised_host: str | None = None  # the host a standby names for this broker's API
+    # --ha: called once when this broker, having led, lost its ZooKeeper session (it is
+    # fenced already); `fairbroker serve` stops and exits. None: logged only.
+    on_deposed: Callable[[str], None] | None = None
 
 
 def local_backend(options: BrokerOptions) -> Backend:
@@ -63,9 +77,15 @@ class BrokerService:
         state_dir = Path(options.state_dir)
         if backend is None:
             backend = local_backend(options)
-        store = Store(
-            state_dir / "broker.sqlite" if options.persist else None, options.state_recover
-        )
+        self.leadership: Leadership | None = None
+        self._serving = threading.Event()  # --ha: taken over, the tenant API open
+        self._started = False
+        if options.ha is None:
+            store = Store(
+                state_dir / "broker.sqlite" if options.persist else None, options.state_recover
+            )
+        else:
+            store = self._zk_store(options.ha, backend)
         self.broker = Broker(
             backend,
             options.engine,
@@ -94,6 +114,71 @@ class BrokerService:
             self.http.server_close()
             store.close()
             raise
+        if options.ha is not None:  # once the ports are known: they are advertised
+            self._join_election()
+
+    # ---- --ha ----------------------------------------------------------------------------
+    def _zk_store(self, url: ZkUrl, backend: Backend):  # -> ZkStore
+        from allocator.broker.zk_store import ZkFrameworkId, ZkStore
+
+        def fence_node() -> str | None:
+            ha = self.leadership
+            return ha.node if ha is not None and ha.fence() is None else None
+
+        store = ZkStore(lambda: self.leadership.client, url.path, fence_node)
+        keep_id = getattr(backend, "keep_framework_id_in", None)
+        if keep_id is not None:  # Mesos: the framework id lives with the state
+            keep_id(ZkFrameworkId(store))
+        return store
+
+    def _join_election(self) -> None:
+        from allocator.broker.leader import Leadership, Member
+
+        host = self.options.advertised_host or self.options.host
+        me = Member(f"{host}:{self.http.port}", f"{host}:{self.grpc.port}", os.getpid())
+        assert self.options.ha is not None
+        self.leadership = Leadership(self.options.ha, me, self._take_over, self._deposed)
+        self.broker.fence = self.leadership.fence
+        self.broker.standby = self._refusal
+        if self.metrics is not None:
+            from allocator.broker.leader_metrics import LeaderCollector
+
+            self.metrics.registry.register(LeaderCollector(self.leadership))
+
+    def _refusal(self) -> str | None:
+        if self._serving.is_set() and self.leadership is not None and not self.leadership.deposed:
+            return None
+        if self.leadership is not None and self.leadership.leading:
+            return "taking over: reading the state and re-adopting executors; retry shortly"
+        return self.leadership.refusal() if self.leadership is not None else "starting"
+
+    def _take_over(self) -> None:
+        """Elected (on the election thread): read the state, start the backend (Mesos:
+        subscribe with the stored framework id), re-adopt and reconcile, then allocate and
+        serve. A take-over that fails steps down."""
+        log.info("elected leader: taking over")
+        try:
+            self.broker.store.load()
+            self.broker.start()
+            self._started = True
+        except Exception as error:
+            log.exception("take-over failed")
+            self._deposed(f"take-over failed: {error}")
+            return
+        self._serving.set()
+        log.info("took over: serving tenants (HTTP %s, gRPC %s)", self.http_address,
+                 self.grpc_address)  # fmt: skip
+
+    def _deposed(self, why: str) -> None:
+        log.error("no longer the leader (%s): launching nothing, stepping down", why)
+        self._serving.clear()
+        if self.options.on_deposed is not None:
+            self.options.on_deposed(why)
+
+    @property
+    def serving(self) -> bool:
+        """Does this broker serve tenants (always without --ha; the leader with it)?"""
+        return self.leadership is None or self._serving.is_set()
 
     def _observe(self, transport: str, method: str, code: str) -> None:
         if self.metrics is not None:
@@ -135,7 +220,15 @@ class BrokerService:
                 "serving the tenant API on %s without a token: anyone who can reach it can "
                 "register tenants and start executors (give --token-file)", self.options.host,
             )  # fmt: skip
+        if self.leadership is not None:  # serve (as a standby) first, then join
+            self.http.start()
+            self.grpc.start()
+            self.leadership.start()
+            log.info("--ha %s: joined the election as %s", self.options.ha, self.leadership.node
+                     or "a member")  # fmt: skip
+            return self
         self.broker.start()
+        self._started = True
         self.http.start()
         self.grpc.start()
         info = self.broker.info()
@@ -152,7 +245,12 @@ class BrokerService:
             self.metrics_server = None
         self.http.stop()
         self.grpc.stop()
-        self.broker.stop(kill_executors=kill_executors)
+        if self._started:
+            self.broker.stop(kill_executors=kill_executors)
+        else:  # a standby: nothing of the backend's was started
+            self.broker.store.close()
+        if self.leadership is not None:  # last: a standby takes over once we are stopped
+            self.leadership.stop()
 
     def __enter__(self) -> BrokerService:
         return self.start()

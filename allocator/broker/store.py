@@ -507,6 +507,15 @@ class Store:
         """Stored kill intents: task id -> agent id ('' when unknown)."""
         return dict(self._loaded.kills)
 
+    def executor_ids(self) -> dict[str, int]:
+        """Every tenant id ever stored -> its next executor id (for `fairbroker state
+        export`)."""
+        if self._db is None:
+            return {}
+        with self._lock:
+            rows = self._db.execute("SELECT tenant_id, next_executor FROM executor_ids").fetchall()
+        return {str(t): int(n) for t, n in rows}
+
     def next_executor(self, tenant_id: str) -> int:
         """The first executor id never stored for `tenant_id` (1 if none ever was), whether
         or not the tenant is stored now."""
@@ -565,6 +574,10 @@ class Store:
              (tenant_id, request, target, next_executor)),
             (_RAISE_NEXT_ID, (tenant_id, next_executor)),
         )  # fmt: skip
+
+    def raise_next_executor(self, tenant_id: str, next_executor: int) -> None:
+        """Executor ids of `tenant_id` start at `next_executor` or later (`state import`)."""
+        self._run(_RAISE_NEXT_ID, tenant_id, next_executor)
 
     def set_target(self, tenant_id: str, target: int) -> None:
         self._run("UPDATE tenants SET target = ? WHERE tenant_id = ?", target, tenant_id)

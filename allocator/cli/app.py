@@ -33,8 +33,13 @@ def cli() -> None:
 @cli.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @engine_options(scheduler_required=True, exclude=CLOCK_AND_ROLES)
-@click.option("--trials", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Fills to run, trial t drawing from (seed, t) (the report gives mean and sd).")
+@click.option(
+    "--trials",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Fills to run, trial t drawing from (seed, t) (the report gives mean and sd).",
+)
 @click.option(
     "--optimum/--no-optimum",
     default=None,
@@ -91,12 +96,27 @@ def fill(
 
 
 @cli.command()
-@click.option("--trials", type=click.IntRange(min=2), default=2000, show_default=True,
-              help="Fills per randomized row (the paper's rows are means over trials).")
-@click.option("--seed", type=SEED, default=0, show_default=True,
-              help="Seed of the trials (trial t draws from (seed, t)).")
-@click.option("--ties", type=ties_choice(), default="random", show_default=True,
-              help="Tie rule among equally fair choices (waste: the agent left least unusable).")
+@click.option(
+    "--trials",
+    type=click.IntRange(min=2),
+    default=2000,
+    show_default=True,
+    help="Fills per randomized row (the paper's rows are means over trials).",
+)
+@click.option(
+    "--seed",
+    type=SEED,
+    default=0,
+    show_default=True,
+    help="Seed of the trials (trial t draws from (seed, t)).",
+)
+@click.option(
+    "--ties",
+    type=ties_choice(),
+    default="random",
+    show_default=True,
+    help="Tie rule among equally fair choices (waste: the agent left least unusable).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def table1(trials: int, seed: int, ties: str, as_json: bool) -> None:
     """Paper 002 Tables I and II beside ours, with the difference."""
@@ -119,11 +139,12 @@ def _add_live_commands() -> None:
     from allocator.cli.live import COMMANDS
     from allocator.cli.sim import sim
     from allocator.cli.solve import solve
+    from allocator.cli.state import state
     from allocator.cli.teardown import teardown
     from allocator.cli.whatif import whatif
     from spark_shim.submit import submit_command
 
-    for command in (*COMMANDS, compare, sim, submit_command, whatif, solve, teardown):
+    for command in (*COMMANDS, compare, sim, submit_command, whatif, solve, teardown, state):
         cli.add_command(command)
 
 

@@ -85,6 +85,11 @@ def serve_options(func):
             "dropped, keep the damaged files beside it (without this the broker refuses).",
         ),
         click.option(
+            "--ha", default=None, metavar="zk://HOST:PORT[,...]/PATH",
+            help="Run as one of several brokers: the leader is elected in ZooKeeper and the "
+            "state kept there under PATH; the others stand by and answer 503 naming it.",
+        ),
+        click.option(
             "--token-file", type=click.Path(dir_okay=False), default=None,
             help="Require the shared token in this file (one line) on the tenant API: the "
             "preferred way to give it.",
@@ -366,17 +371,26 @@ def render_reclaim(info) -> str:
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @engine_options()
 @click.option(
-    "--out", type=click.Path(file_okay=False), default="results/batch", show_default=True,
+    "--out",
+    type=click.Path(file_okay=False),
+    default="results/batch",
+    show_default=True,
     help="Job logs, the broker's state, result.json and allocation.png.",
 )
 @click.option(
-    "--broker", default=None,
+    "--broker",
+    default=None,
     help="HTTP address of a running broker to use instead of starting one on the scenario's "
     "agents (its scheduler is then the broker's own).",
 )
 @_TOKEN
-@click.option("--job-timeout", type=FiniteFloat(min=1), default=600.0, show_default=True,
-              help="Seconds a job may run before it is stopped and counted as failed.")
+@click.option(
+    "--job-timeout",
+    type=FiniteFloat(min=1),
+    default=600.0,
+    show_default=True,
+    help="Seconds a job may run before it is stopped and counted as failed.",
+)
 @click.option(
     "--metrics-port", type=click.IntRange(0, 65535), default=None,
     help="Serve the started broker's Prometheus /metrics on this port (0: any free port; "

@@ -16,6 +16,10 @@ from allocator.broker.server import BrokerOptions, BrokerService, local_backend
 from allocator.cli.listen_check import ListenError, check_can_listen
 from allocator.cli.serve_config import ConfigError, ServeConfig
 
+#: `serve --ha`'s exit status when it lost the leadership (a supervisor restarts it as a
+#: standby with a fresh session)
+DEPOSED_EXIT = 3
+
 
 def broker_options(config: ServeConfig) -> BrokerOptions:
     options = BrokerOptions(
@@ -29,7 +33,12 @@ def broker_options(config: ServeConfig) -> BrokerOptions:
         state_recover=config.state_recover,
         metrics_port=config.metrics_port if config.metrics else None,
         metrics_token=config.metrics_token,
+        advertised_host=config.advertised_host,
     )
+    if config.ha is not None:
+        from allocator.broker.zk_url import parse_zk_url
+
+        options.ha = parse_zk_url(config.ha)
     if config.cluster is not None:
         options.cluster_file = config.cluster
     from allocator.backends.executor import ExecutorEnvPolicy
@@ -94,11 +103,13 @@ def run(config: ServeConfig) -> None:
     ]  # fmt: skip
     check_can_listen(options.host, ports)
     backend = make_backend(config, options)
+    done = threading.Event()
+    deposed: list[str] = []
+    options.on_deposed = lambda why: (deposed.append(why), done.set())
     try:
         service = BrokerService(options, backend=backend)
     except (OSError, RuntimeError) as error:  # gRPC's failed bind is a RuntimeError
         raise _bind_failure(error, options.host, ports) from None
-    done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
     try:
@@ -106,13 +117,18 @@ def run(config: ServeConfig) -> None:
     except OSError as error:
         raise _bind_failure(error, options.host, ports) from None
     metrics = f"http://{service.metrics_address}/metrics" if service.metrics_address else "off"
+    standby = f" as a standby until elected in {config.ha}" if config.ha else ""
     click.echo(
-        f"fairbroker: serving on http://{service.http_address} (Spark master "
+        f"fairbroker: serving{standby} on http://{service.http_address} (Spark master "
         f"sparkbroker://{service.http_address}), gRPC {service.grpc_address}, metrics "
         f"{metrics}; pid {os.getpid()}",
         err=True,
     )
     done.wait()
+    if deposed:  # --ha: fenced already; the new leader owns every executor, so keep them
+        click.echo(f"fairbroker: no longer the leader ({deposed[0]}); exiting", err=True)
+        service.stop(kill_executors=False)
+        raise SystemExit(DEPOSED_EXIT)
     how = "its executors with it" if config.teardown else "leaving executors running"
     if config.backend == "mesos":
         how = "tearing the framework down" if config.teardown else "failing over (tasks kept)"

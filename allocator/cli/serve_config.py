@@ -110,6 +110,9 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
     metrics_port: int = Field(DEFAULT_METRICS_PORT, ge=0, le=65535)
     state_dir: Path = Path(".fairbroker")
     state_recover: bool = False  # start on a damaged state file, keeping what is readable
+    # zk://HOST:PORT[,HOST:PORT...]/PATH: elect a leader among brokers and keep the state
+    # there (docs/operations.md, "Fail-over"); None: one broker, its state in state_dir
+    ha: str | None = None
     cluster: Path | None = None  # local backend: the embedded cluster's agents
     token: SecretStr | None = None
     token_file: Path | None = None
@@ -158,6 +161,15 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
             raise ValueError("must not be empty (leave it out to serve without a token)")
         return value
 
+    @field_validator("ha")
+    @classmethod
+    def _zk_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from allocator.broker.zk_url import parse_zk_url
+
+        return str(parse_zk_url(value.strip()))
+
     @model_validator(mode="after")
     def _consistent(self) -> ServeConfig:
         try:
@@ -176,6 +188,8 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
             raise ValueError("token: give token or token_file, not both")
         if self.metrics_token and self.token is None and self.token_file is None:
             raise ValueError("metrics_token: needs token or token_file")
+        if self.ha is not None and self.state_recover:
+            raise ValueError("state_recover: repairs the SQLite state; with ha it is in ZooKeeper")
         if not self.roles or any(not r.strip() for r in self.roles):
             raise ValueError("roles: role names must not be empty")
         return self

@@ -141,7 +141,7 @@ run "one_master" {
   # AWS refuses user data above 16 KiB (before base64): the broker's carries the dashboard
   assert {
     condition = alltrue([
-      for data in concat([aws_instance.broker.user_data_base64], [for a in values(aws_instance.agent) : a.user_data_base64], aws_instance.master[*].user_data_base64) :
+      for data in concat([aws_instance.broker.user_data_base64], aws_instance.broker_standby[*].user_data_base64, [for a in values(aws_instance.agent) : a.user_data_base64], aws_instance.master[*].user_data_base64) :
       length(data) * 3 / 4 <= 16384
     ])
     error_message = "an instance's user data is above AWS's 16 KiB"

@@ -62,6 +62,10 @@ class MesosBackend:
         if any("@" in role for role in options.roles):
             raise FairbrokerError(f"roles: a Mesos role name holds no '@', got {options.roles}")
         self.options = options
+        if driver_factory is None and threading.current_thread() is threading.main_thread():
+            # pymesos installs a SIGINT handler when imported, which only the main thread may
+            # do; with --ha the driver is started on the election thread at a take-over
+            import pymesos  # noqa: F401
         self._lock = threading.RLock()
         self._events: BackendEvents | None = None
         self.subscription = Subscription(options, self, driver_factory or pymesos_driver)
@@ -79,6 +83,13 @@ class MesosBackend:
     @property
     def framework_id(self) -> str | None:
         return self.subscription.framework_id
+
+    def keep_framework_id_in(self, ids: Any) -> None:
+        """Keep the framework id in `ids` (load/save/forget, `path`) instead of the state
+        directory's file: with --ha, the state in ZooKeeper, read by whichever broker takes
+        over (loaded when it subscribes)."""
+        self.subscription.id_file = ids
+        self.subscription.framework_id = None
 
     # ---- Backend -----------------------------------------------------------------------
     def start(self, events: BackendEvents) -> None:

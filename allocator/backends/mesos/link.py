@@ -190,6 +190,8 @@ class Subscription:
 
     def connect(self) -> None:
         self.subscribed = False
+        if self.framework_id is None:  # kept elsewhere (--ha) and read only now, or never set
+            self.framework_id = self.id_file.load()
         self.driver = self._driver_factory(self._scheduler, self.framework_info(), self.options)
         self.last_heartbeat = self._clock()
         self.driver.start()

@@ -9,9 +9,16 @@ import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.net.http.HttpTimeoutException;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 
-/** The broker's tenant API: POST /v1/<Method> with protobuf-JSON bodies. */
+/**
+ * The broker's tenant API: POST /v1/<Method> with protobuf-JSON bodies. With several
+ * addresses (brokers run with --ha: one leads, the others stand by and answer 503 naming
+ * it) each call goes to the one that answered last, and on to the next when that one is
+ * unreachable or a standby; {@code baseUrl} is the one in use.
+ */
 final class BrokerClient {
   /** One answer from the broker; {@code body} is null when it was not JSON. */
   static final class Reply {
@@ -34,6 +41,16 @@ final class BrokerClient {
       return status >= 500 || status == 408 || status == 429;
     }
 
+    /** A standby broker's refusal (it names the leader); another address may lead. */
+    boolean standby() {
+      if (status != 503 || body == null) {
+        return false;
+      }
+      String why = body.hasNonNull("error") ? body.get("error").asText()
+          : body.hasNonNull("reason") ? body.get("reason").asText() : "";
+      return why.startsWith("standby") || why.startsWith("taking over");
+    }
+
     /** The broker's {"error": ..., "code": ...} as one line, or the raw body. */
     String error() {
       if (body != null && body.hasNonNull("error")) {
@@ -47,12 +64,18 @@ final class BrokerClient {
 
   private static final ObjectMapper JSON = new ObjectMapper();
 
-  final String baseUrl;
+  volatile String baseUrl;
+  private final List<String> baseUrls;
   private final String token;
   private final HttpClient http;
 
   BrokerClient(String baseUrl, String token) {
-    this.baseUrl = baseUrl;
+    this(List.of(baseUrl), token);
+  }
+
+  BrokerClient(List<String> baseUrls, String token) {
+    this.baseUrls = List.copyOf(baseUrls);
+    this.baseUrl = this.baseUrls.get(0);
     this.token = token;
     // HTTP/1.1: the default HTTP/2 upgrade attempt confuses some plain HTTP servers.
     this.http =
@@ -62,30 +85,71 @@ final class BrokerClient {
             .build();
   }
 
-  /** {@code sparkbroker://HOST:PORT} to {@code http://HOST:PORT}. */
+  /** {@code sparkbroker://HOST:PORT} to {@code http://HOST:PORT} (the first address). */
   static String baseUrl(String masterUrl) {
+    return baseUrls(masterUrl).get(0);
+  }
+
+  /** {@code sparkbroker://H1:P1,H2:P2} to {@code [http://H1:P1, http://H2:P2]}. */
+  static List<String> baseUrls(String masterUrl) {
     String rest = masterUrl.substring(BrokerClusterManager.SCHEME.length());
     while (rest.endsWith("/")) {
       rest = rest.substring(0, rest.length() - 1);
     }
-    URI uri;
-    try {
-      uri = URI.create("http://" + rest);
-    } catch (IllegalArgumentException e) {
-      uri = null;
+    List<String> out = new ArrayList<>();
+    for (String one : rest.split(",", -1)) {
+      URI uri;
+      try {
+        uri = URI.create("http://" + one);
+      } catch (IllegalArgumentException e) {
+        uri = null;
+      }
+      if (one.isEmpty() || uri == null || uri.getHost() == null || uri.getPort() < 0
+          || (uri.getPath() != null && !uri.getPath().isEmpty())) {
+        throw new IllegalArgumentException(
+            "fairbroker: master URL must be sparkbroker://HOST:PORT (or HOST:PORT,HOST:PORT "
+                + "for brokers run with --ha), got " + masterUrl);
+      }
+      out.add("http://" + one);
     }
-    if (rest.isEmpty() || uri == null || uri.getHost() == null || uri.getPort() < 0
-        || (uri.getPath() != null && !uri.getPath().isEmpty())) {
-      throw new IllegalArgumentException(
-          "fairbroker: master URL must be sparkbroker://HOST:PORT, got " + masterUrl);
-    }
-    return "http://" + rest;
+    return out;
   }
 
+  /**
+   * One call, to the address in use first and then to the others in turn while an address
+   * is unreachable or a standby. The first other answer is returned (and its address kept);
+   * if every address stood by, a standby's 503 (retryable); if none answered, the last error.
+   */
   Reply post(String method, Map<String, ?> body, Duration timeout)
       throws IOException, InterruptedException {
+    String first = baseUrl;
+    int start = Math.max(0, baseUrls.indexOf(first));
+    Reply standby = null;
+    IOException unreachable = null;
+    for (int i = 0; i < baseUrls.size(); i++) {
+      String url = baseUrls.get((start + i) % baseUrls.size());
+      try {
+        Reply reply = postTo(url, method, body, timeout);
+        if (baseUrls.size() > 1 && reply.standby()) {
+          standby = reply;
+          continue;
+        }
+        baseUrl = url;
+        return reply;
+      } catch (IOException e) {
+        unreachable = e;
+      }
+    }
+    if (standby != null) {
+      return standby;
+    }
+    throw unreachable;
+  }
+
+  private Reply postTo(String url, String method, Map<String, ?> body, Duration timeout)
+      throws IOException, InterruptedException {
     HttpRequest.Builder request =
-        HttpRequest.newBuilder(URI.create(baseUrl + "/v1/" + method))
+        HttpRequest.newBuilder(URI.create(url + "/v1/" + method))
             .timeout(timeout)
             .header("Content-Type", "application/json")
             .POST(HttpRequest.BodyPublishers.ofString(JSON.writeValueAsString(body)));

@@ -74,7 +74,7 @@ public class BrokerSchedulerBackend extends CoarseGrainedSchedulerBackend {
   public BrokerSchedulerBackend(TaskSchedulerImpl scheduler, SparkContext sc, String masterUrl) {
     super(scheduler, sc.env().rpcEnv());
     String token = sc.conf().get("spark.fairbroker.token", System.getenv("FAIRBROKER_TOKEN"));
-    client = new BrokerClient(BrokerClient.baseUrl(masterUrl), token);
+    client = new BrokerClient(BrokerClient.baseUrls(masterUrl), token);
     registration = new Registration(sc.conf(), applicationId());
     configuredHeartbeatMs =
         Math.max(100, sc.conf().getTimeAsMs("spark.fairbroker.heartbeatInterval", "2s"));
