@@ -215,7 +215,7 @@ def _snapshot(client, root: str) -> dict[str, tuple[bytes, int]]:
 def _seed_sqlite(state: Path) -> None:
     """A stopped broker's state dir: a tenant with a started executor, one whose start was
     not recorded (LAUNCHING) and one being reclaimed; a forgotten tenant's executor ids;
-    the Mesos framework id."""
+    the Mesos framework id; a recorded kill of a task the broker does not want."""
     from allocator.backends.base import LaunchSpec
     from allocator.backends.mesos.link import FrameworkIdFile
     from allocator.broker.proto import pb
@@ -236,6 +236,7 @@ def _seed_sqlite(state: Path) -> None:
     store.record_reclaim(StoredReclaim("pi", "3", "wc", "t1-a", 1_800_000_000.5))
     store.save_tenant("gone", pb.RegisterRequest(tenant_id="gone").SerializeToString(), 0, 7)
     store.delete_tenant("gone")
+    store.record_kill("pi.9", "agent-S1", "not one of the broker's executors")
     store.close()
     FrameworkIdFile(state).save("0b5c2e43-1a6f-4a4b-9f37-2bd6b0b3a3c4-0007")
 
@@ -249,6 +250,7 @@ def _contents(store) -> tuple:
                for s, h in store.executors()),
         sorted(store.reclaims(), key=lambda r: r.executor_id),
         store.executor_ids(),
+        store.kills(),
     )  # fmt: skip
 
 
@@ -269,16 +271,17 @@ def test_state_moves_from_sqlite_to_zookeeper_and_back_unchanged(
     expected = _contents(store)
     store.close()
     assert expected[3] == {"pi": 4, "gone": 7} and len(expected[1]) == 3  # what was seeded
+    assert expected[4] == {"pi.9": "agent-S1"}
     url = zk.url("/fb")
     document = tmp_path / "state.json"
     done = run_fairbroker("state", "export", "--state-dir", str(old), "-o", str(document))
     assert done.returncode == 0, done.stderr
-    assert "exported 1 tenants, 3 executors, 2 executor_ids, 1 reclaims, 1 meta" in done.stderr
+    assert "exported 1 tenants, 3 executors, 2 executor_ids, 1 reclaims, 1 kills, 1 meta" in done.stderr
     done = run_fairbroker("state", "import", str(document), "--ha", url)
     assert done.returncode == 0, done.stderr
-    assert f"imported 8 rows into {url}" in done.stderr
+    assert f"imported 9 rows into {url}" in done.stderr
     one_line_error(run_fairbroker("state", "import", str(document), "--ha", url),
-                   "holds 8 rows already")  # fmt: skip
+                   "holds 9 rows already")  # fmt: skip
     client = KazooClient(hosts=parse_zk_url(url).connect_string)
     client.start(timeout=20)
     try:

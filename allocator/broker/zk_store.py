@@ -24,6 +24,7 @@ import base64
 import json
 import logging
 import threading
+import time
 from dataclasses import asdict
 from typing import Any
 from urllib.parse import quote, unquote
@@ -43,7 +44,7 @@ from allocator.broker.store import (
 log = logging.getLogger(__name__)
 
 WRITE_TIMEOUT_S = 5.0  # a write the leader cannot make in this time has failed
-TABLES = ("tenants", "executors", "executor_ids", "reclaims", "meta")
+TABLES = ("tenants", "executors", "executor_ids", "reclaims", "kills", "meta")
 
 
 def _name(*parts: str) -> str:
@@ -140,6 +141,12 @@ class ZkStore:
             out.append(StoredReclaim(tenant_id, executor_id, str(row["beneficiary"]),
                                      str(row["placement"]), float(row["deadline"])))  # fmt: skip
         return out
+
+    def kills(self) -> dict[str, str]:
+        """Stored kill intents (as `Store.kills`): task id -> agent id ('' when unknown)."""
+        with self._lock:
+            rows = dict(self._rows["kills"])
+        return {_parts(n)[0]: str(r.get("agent_id", "")) for n, r in rows.items()}
 
     def next_executor(self, tenant_id: str) -> int:
         with self._lock:
@@ -258,6 +265,15 @@ class ZkStore:
                                            "deadline": reclaim.deadline}))  # fmt: skip
         self._transaction(changes)
 
+    def record_kill(self, task_id: str, agent_id: str, reason: str) -> None:
+        """Write-ahead for a KILL of a task the broker does not want (as `Store.record_kill`)."""
+        row = {"agent_id": agent_id, "reason": reason[:500], "at": time.time()}
+        self._transaction([("kills", _name(task_id), row)])
+
+    def forget_kill(self, task_id: str) -> None:
+        if _name(task_id) in self._rows["kills"]:
+            self._transaction([("kills", _name(task_id), None)])
+
     def delete_executor(self, tenant_id: str, executor_id: str) -> None:
         name = _name(tenant_id, executor_id)
         self._transaction([("executors", name, None), ("reclaims", name, None)])
@@ -321,6 +337,8 @@ def rows_of(store: Any, framework_id: str | None) -> dict[str, dict[str, dict]]:
         rows["reclaims"][_name(tenant_id, executor_id)] = {
             "beneficiary": r.beneficiary, "placement": r.placement, "deadline": r.deadline,
         }  # fmt: skip
+    for task_id, agent_id in store.kills().items():
+        rows["kills"][_name(task_id)] = {"agent_id": agent_id, "reason": "exported", "at": 0.0}
     if framework_id:
         rows["meta"]["framework_id"] = {"value": framework_id}
     return rows

@@ -137,6 +137,8 @@ def _into_sqlite(rows: dict[str, dict[str, dict]], state_dir: str) -> int:
             store.save_executor(spec, handle)
         for reclaim in parsed.reclaims():
             store.record_reclaim(reclaim)
+        for task_id, agent_id in parsed.kills().items():
+            store.record_kill(task_id, agent_id, "imported")
     finally:
         store.close()
     framework_id = parsed.framework_id()
