@@ -520,9 +520,21 @@ def test_one_broker_leads_the_standby_names_it_on_every_transport(pair) -> None:
     assert container_health(b.http, False) == 1
     done = run_fairbroker("status", "--broker", f"127.0.0.1:{b.http}")
     one_line_error(done, f"broker at 127.0.0.1:{b.http}: {report['reason']}")
+    nobody = f"127.0.0.1:{free_port()}"
+    # several addresses: the standby and an address where nothing answers pass it on
+    for port in (a.http, a.grpc):
+        done = run_fairbroker("status", "--broker", f"{nobody},127.0.0.1:{b.http},127.0.0.1:{port}",
+                              "--json")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["broker"]["backend"] == "local"
+    done = run_fairbroker("explain", "t", "--broker", f"127.0.0.1:{b.grpc},127.0.0.1:{a.grpc}")
+    one_line_error(done, "unknown tenant")  # the leader's answer, not the standby's
+    one_line_error(run_fairbroker("status", "--broker", f"127.0.0.1:{b.http},{nobody}"),
+                   f"no broker serves: broker at 127.0.0.1:{b.http}: {report['reason']}; "
+                   f"broker at {nobody}")  # fmt: skip
     from allocator.broker.address import check_submit_address
 
-    nobody = f"127.0.0.1:{free_port()}"  # submit skips an address where nothing answers
+    # submit skips an address where nothing answers
     assert check_submit_address([nobody, f"127.0.0.1:{b.http}"]) == f"127.0.0.1:{b.http}"
     assert (a.gauge("fairbroker_leader"), b.gauge("fairbroker_leader")) == (1.0, 0.0)
     assert a.gauge("fairbroker_leadership_changes_total") == 1.0

@@ -26,6 +26,11 @@ class BrokerAddressError(FairbrokerError):
     """No broker, or the wrong one of its ports, at an address."""
 
 
+class BrokerUnavailable(BrokerAddressError):
+    """Nothing answers at the address, or a broker that cannot serve now (HTTP 503: a
+    standby under --ha, which names the leader)."""
+
+
 def _http(address: str, method: str, path: str, body: dict | None, token: str | None,
           timeout: float) -> tuple[int, Any]:  # fmt: skip
     data = None if body is None else json.dumps(body).encode()
@@ -101,10 +106,11 @@ class HttpBrokerClient:
             status, data = _http(self.address, "POST", f"/v1/{name}", body, self.token,
                                  self.timeout)  # fmt: skip
         except (OSError, ValueError, http.client.HTTPException) as error:
-            raise BrokerAddressError(f"broker at {self.address}: {error}") from None
+            raise BrokerUnavailable(f"broker at {self.address}: {error}") from None
         if status != 200:
             message = data.get("error") if isinstance(data, dict) else None
-            raise BrokerAddressError(f"broker at {self.address}: {message or f'HTTP {status}'}")
+            error = BrokerUnavailable if status == 503 else BrokerAddressError
+            raise error(f"broker at {self.address}: {message or f'HTTP {status}'}")
         return json_format.ParseDict(data, reply_type(), ignore_unknown_fields=True)
 
     def allocation(self) -> Any:
@@ -148,9 +154,46 @@ def check_host_port(address: str) -> None:
         )
 
 
+class LeaderClient:
+    """Several broker addresses (`--broker h1:7080,h2:7080`, brokers under --ha): each call
+    goes to the addresses in turn until one serves it; a standby or a broker that does not
+    answer passes it on. When none serves, the error names every address's answer."""
+
+    def __init__(self, addresses: list[str], token: str | None) -> None:
+        self._clients = [api_client(address, token) for address in addresses]
+
+    def __getattr__(self, name: str) -> Any:
+        from allocator.broker.client import BrokerCallError
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            answers = []
+            for client in self._clients:
+                try:
+                    return getattr(client, name)(*args, **kwargs)
+                except BrokerUnavailable as error:
+                    answers.append(str(error))
+                except BrokerCallError as error:
+                    if error.code != "UNAVAILABLE":
+                        raise
+                    answers.append(str(error))
+            raise BrokerUnavailable("no broker serves: " + "; ".join(answers))
+
+        return call
+
+    def __enter__(self) -> LeaderClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for client in self._clients:
+            client.__exit__(*exc)
+
+
 def api_client(address: str, token: str | None):
-    """A client for `status`/`configure`: HTTP if the address is the broker's HTTP port,
-    gRPC otherwise (its errors name the address when nothing answers)."""
+    """A client for `status`/`configure`/`explain`: HTTP if the address is the broker's HTTP
+    port, gRPC otherwise (its errors name the address when nothing answers); several
+    comma-separated addresses (--ha) give a `LeaderClient` over them."""
+    if "," in address:
+        return LeaderClient([a.strip() for a in address.split(",")], token)
     check_host_port(address)
     if is_http_broker(address):
         return HttpBrokerClient(address, token)

@@ -209,7 +209,8 @@ def _client(broker: str, token: str | None):
 
 BROKER_HELP = (
     f"The broker, HOST:PORT: its HTTP port ({DEFAULT_HTTP_PORT}, the one submit and Spark use) "
-    f"or its gRPC port ({DEFAULT_GRPC_PORT})."
+    f"or its gRPC port ({DEFAULT_GRPC_PORT}). Brokers under --ha: several, comma-separated; "
+    "the one leading answers."
 )
 
 
