@@ -59,6 +59,11 @@ class TSF(Criterion):
             inverse = np.where(alone > 0, 1.0 / alone, 1e300)
         return inverse / state.cluster.weight
 
+    def scale(self, state: AllocationState) -> np.ndarray:
+        """1 / (phi_n y_n) of each framework: its criterion is x_n times this."""
+        self.alone(state)
+        return self._scale
+
     def values(self, state: AllocationState) -> np.ndarray:
         self.alone(state)
         return state.count * self._scale
