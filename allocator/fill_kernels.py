@@ -29,7 +29,7 @@ DRF = 0  # one order, by max_r alloc_{n,r} / C_r / phi_n
 TSF = 1  # one order, by x_n / (phi_n y_n)
 PSDSF = 2  # an order per agent type (capacity): max_r alloc_{n,r} / c_{t,r} / phi_n
 PSDSF_SCAN = 3  # PS-DSF with too many agent types: every framework evaluated at each visit
-RPSDSF = 4  # an order per resource r, by alloc_{n,r} / phi_n (bounds for a threshold walk)
+RPSDSF = 4  # no order: every framework evaluated at each visit, vectorized (`_scan_rps`)
 
 # Slots of the `ints` array the kernels keep their counters in.
 MADE = 0  # grants made
@@ -38,14 +38,8 @@ POS = 2  # next position in the round's permutation `order`
 ORDER_LEN = 3  # agents in this round's permutation
 ALIVE_LEN = 4  # agents not yet found full (`alive[:ALIVE_LEN]`, in their first order)
 M = 5  # frameworks the orders hold (wanting a task and fitting somewhere)
-VISIT = 6  # rPS-DSF: visits so far (stamps in `seen`)
-STEPS = 7  # frameworks looked at, in all (the kernels' work, for benchmarks)
-N_INTS = 8
-
-#: A framework passed over this many times without fitting is checked: if it fits on no
-#: agent any more (residuals only shrink in a static fill) it leaves the orders for good;
-#: if it still fits somewhere, the next check waits twice as long.
-FIRST_CHECK = 32
+STEPS = 6  # frameworks walked past, in all (the kernels' work, for benchmarks)
+N_INTS = 7
 
 
 @nb.njit(cache=True, inline="always")
@@ -75,9 +69,6 @@ def update_keys(crit: int, n: int, alloc: np.ndarray, count: np.ndarray, weight:
     elif crit == PSDSF:
         for t in range(type_cap.shape[0]):
             key[t, n] = _max_ratio(alloc, n, type_cap[t]) / weight[n]
-    elif crit == RPSDSF:
-        for r in range(alloc.shape[1]):
-            key[r, n] = alloc[n, r] / weight[n]
 
 
 @nb.njit(cache=True, inline="always")
@@ -149,11 +140,16 @@ def _regrant(crit: int, n: int, leaves: bool, m: int, alloc: np.ndarray, count: 
 
 @nb.njit(cache=True)
 def _fits_somewhere(n: int, residual: np.ndarray, demand: np.ndarray, tol: np.ndarray,
-                    eligible: np.ndarray) -> bool:  # fmt: skip
-    """Whether one more task of n fits on some agent (the walks' own test)."""
-    for agent in range(residual.shape[0]):
+                    eligible: np.ndarray, witness: np.ndarray) -> bool:  # fmt: skip
+    """Whether one more task of n fits on some agent (the walks' own test). Residuals only
+    shrink in a static fill, so an agent where n no longer fits never fits it again: the
+    search resumes from the last agent that did (`witness[n]`), O(agents) per framework
+    over the whole fill."""
+    for agent in range(witness[n], residual.shape[0]):
         if eligible[agent, n] and _fits(n, agent, residual, demand, tol):
+            witness[n] = agent
             return True
+    witness[n] = residual.shape[0]
     return False
 
 
@@ -174,35 +170,14 @@ def _threshold(low: float) -> float:
     return low
 
 
-@nb.njit(cache=True, inline="always")
-def _passed(
-    n: int,
-    skips: np.ndarray,
-    next_check: np.ndarray,
-    residual: np.ndarray,
-    demand: np.ndarray,
-    tol: np.ndarray,
-    eligible: np.ndarray,
-) -> bool:
-    """Count a walk past n (it did not fit); True when n turns out to fit nowhere."""
-    skips[n] += 1
-    if skips[n] < next_check[n]:
-        return False
-    if _fits_somewhere(n, residual, demand, tol, eligible):
-        next_check[n] *= 2
-        return False
-    return True
-
-
 @nb.njit(cache=True)
 def rrr(crit: int, rng: np.random.Generator, ints: np.ndarray, residual: np.ndarray,
         alloc: np.ndarray, count: np.ndarray, limit: np.ndarray, wanting: np.ndarray,
         demand: np.ndarray, tol: np.ndarray, eligible: np.ndarray, weight: np.ndarray,
         total: np.ndarray, type_of: np.ndarray, type_cap: np.ndarray, scale: np.ndarray,
-        key: np.ndarray, srt: np.ndarray, order: np.ndarray,
-        alive: np.ndarray, full: np.ndarray, skips: np.ndarray, next_check: np.ndarray,
-        seen: np.ndarray, out_f: np.ndarray, out_a: np.ndarray, ties: np.ndarray,
-        values: np.ndarray) -> int:  # fmt: skip
+        key: np.ndarray, srt: np.ndarray, order: np.ndarray, alive: np.ndarray,
+        full: np.ndarray, witness: np.ndarray, out_f: np.ndarray, out_a: np.ndarray,
+        ties: np.ndarray, values: np.ndarray) -> int:  # fmt: skip
     """Randomized round-robin (`selection.RandomizedRoundRobin`): rounds over a fresh
     permutation of the agents not yet full; at each agent the lowest-criterion framework
     that fits a task there (`Selector._framework_at`, random among ties), one grant per
@@ -211,12 +186,18 @@ def rrr(crit: int, rng: np.random.Generator, ints: np.ndarray, residual: np.ndar
     The lowest fitting framework is found by walking an order instead of evaluating every
     framework: DRF, TSF and PS-DSF walk theirs (PS-DSF: the agent type's) from the lowest
     key, where the first framework that fits is the lowest and the walk ends past its tie
-    tolerance; rPS-DSF walks its per-resource orders side by side (`_walk_rps`)."""
+    tolerance, and a framework that fits nowhere any more leaves the orders. rPS-DSF, whose
+    value at an agent depends on its residual, evaluates every framework at each visit in
+    vectorized loops (`_scan_rps`); so does PS-DSF with too many agent types."""
     n_r = demand.shape[1]
     dead = np.empty(demand.shape[0], dtype=np.int64)
     rres = np.empty(n_r)
-    depth = np.zeros(n_r, dtype=np.int64)
     places = np.zeros(srt.shape[0], dtype=np.int64)
+    alloc_t = np.ascontiguousarray(alloc.T)
+    demand_t = np.ascontiguousarray(demand.T)
+    approx = np.empty(demand.shape[0])
+    ok = np.empty(demand.shape[0], dtype=np.bool_)
+    inv_weight = 1.0 / weight
     while True:
         if ints[MADE] >= ints[LIMIT]:
             return DONE
@@ -243,13 +224,13 @@ def rrr(crit: int, rng: np.random.Generator, ints: np.ndarray, residual: np.ndar
             for r in range(n_r):
                 res = residual[agent, r]
                 rres[r] = res if res > tol[r] else 0.0
-            k, low, n_dead = _walk_rps(agent, ints, residual, alloc, demand, tol, eligible,
-                                       weight, key, srt, rres, depth, skips, next_check,
-                                       seen, ties, values, dead)  # fmt: skip
+            k, low = _scan_rps(agent, residual, alloc, alloc_t, demand_t, tol, wanting,
+                               eligible, weight, inv_weight, rres, approx, ok, ties,
+                               values)  # fmt: skip
         else:
             k, low, n_dead = _walk(crit, agent, ints, residual, alloc, wanting, demand, tol,
-                                   eligible, weight, type_of, type_cap, key, srt, skips,
-                                   next_check, ties, values, dead)  # fmt: skip
+                                   eligible, weight, type_of, type_cap, key, srt, witness,
+                                   ties, values, dead)  # fmt: skip
         for i in range(n_dead):
             _leave(dead[i], ints[M], key, srt)
             ints[M] -= 1
@@ -271,13 +252,15 @@ def rrr(crit: int, rng: np.random.Generator, ints: np.ndarray, residual: np.ndar
         for r in range(n_r):
             alloc[n, r] += demand[n, r]
             residual[agent, r] -= demand[n, r]
+            if crit == RPSDSF:
+                alloc_t[r, n] += demand[n, r]
         count[n] += 1.0
         wanting[n] = count[n] < limit[n]
         made = ints[MADE]
         out_f[made] = n
         out_a[made] = agent
         ints[MADE] = made + 1
-        if crit != PSDSF_SCAN:
+        if crit != PSDSF_SCAN and crit != RPSDSF:
             leaves = not wanting[n]
             _regrant(crit, n, leaves, ints[M], alloc, count, weight, total, type_cap, scale,
                      key, srt, places)  # fmt: skip
@@ -289,7 +272,7 @@ def rrr(crit: int, rng: np.random.Generator, ints: np.ndarray, residual: np.ndar
 def _walk(crit: int, agent: int, ints: np.ndarray, residual: np.ndarray, alloc: np.ndarray,
           wanting: np.ndarray, demand: np.ndarray, tol: np.ndarray, eligible: np.ndarray,
           weight: np.ndarray, type_of: np.ndarray, type_cap: np.ndarray, key: np.ndarray,
-          srt: np.ndarray, skips: np.ndarray, next_check: np.ndarray, ties: np.ndarray,
+          srt: np.ndarray, witness: np.ndarray, ties: np.ndarray,
           values: np.ndarray, dead: np.ndarray) -> tuple[int, float, int]:  # fmt: skip
     """The frameworks that fit on `agent` with their criterion, from the lowest up to the
     lowest's tie tolerance (`ties[:k]`, `values[:k]`); returns k, the lowest value and how
@@ -318,7 +301,7 @@ def _walk(crit: int, agent: int, ints: np.ndarray, residual: np.ndarray, alloc: 
         if not elig[n]:
             continue
         if not _fits(n, agent, residual, demand, tol):
-            if not scan and _passed(n, skips, next_check, residual, demand, tol, eligible):
+            if not scan and not _fits_somewhere(n, residual, demand, tol, eligible, witness):
                 dead[n_dead] = n
                 n_dead += 1
             continue
@@ -334,62 +317,47 @@ def _walk(crit: int, agent: int, ints: np.ndarray, residual: np.ndarray, alloc: 
 
 
 @nb.njit(cache=True)
-def _walk_rps(agent: int, ints: np.ndarray, residual: np.ndarray, alloc: np.ndarray,
-              demand: np.ndarray, tol: np.ndarray, eligible: np.ndarray, weight: np.ndarray,
-              key: np.ndarray, srt: np.ndarray, rres: np.ndarray, depth: np.ndarray,
-              skips: np.ndarray, next_check: np.ndarray, seen: np.ndarray, ties: np.ndarray,
-              values: np.ndarray, dead: np.ndarray) -> tuple[int, float, int]:  # fmt: skip
-    """`_walk` for rPS-DSF, max_r alloc_{n,r} / residual_r / phi_n over the residuals above
-    tolerance (`rres`, others 0): alloc_{n,r} / phi_n / residual_r bounds it from below for
-    each such r, so the orders by alloc_{n,r} / phi_n are walked one step each in turn,
-    every framework met for the first time evaluated, until one order's next bound passes
-    the tie tolerance of the best value (no framework it has not shown yet can tie) or one
-    order is used up (every framework has been met)."""
+def _scan_rps(agent: int, residual: np.ndarray, alloc: np.ndarray, alloc_t: np.ndarray,
+              demand_t: np.ndarray, tol: np.ndarray, wanting: np.ndarray,
+              eligible: np.ndarray, weight: np.ndarray, inv_weight: np.ndarray,
+              rres: np.ndarray, approx: np.ndarray, ok: np.ndarray, ties: np.ndarray,
+              values: np.ndarray) -> tuple[int, float]:  # fmt: skip
+    """rPS-DSF at `agent`: the frameworks that fit there from the lowest value up to its
+    tie tolerance (`ties[:k]`, `values[:k]`, in index order) and the lowest value.
+
+    Every framework is screened at once in loops the compiler vectorizes, over (R, F)
+    copies of the allocations and demands and with multiplications by reciprocals, which
+    are within a few ulps of the criterion's divisions; only the frameworks the screen
+    cannot rule out (those within a relative 1e-12 past the tie tolerance of the screened
+    minimum) get the exact value, computed as `_max_ratio` does."""
+    n_r, n_f = demand_t.shape
     elig = eligible[agent]
-    n_r = demand.shape[1]
-    m = ints[M]
-    ints[VISIT] += 1
-    visit = ints[VISIT]
-    usable = 0
+    for n in range(n_f):
+        approx[n] = 0.0
+        ok[n] = wanting[n] & elig[n]
     for r in range(n_r):
-        depth[r] = 0
+        room = residual[agent, r] + tol[r]
+        for n in range(n_f):
+            ok[n] &= demand_t[r, n] <= room
         if rres[r] > 0:
-            usable += 1
+            inverse = 1.0 / rres[r]
+            for n in range(n_f):
+                approx[n] = max(approx[n], alloc_t[r, n] * inverse)
+    screened = np.inf
+    for n in range(n_f):
+        approx[n] = approx[n] * inv_weight[n] if ok[n] else np.inf
+        screened = min(screened, approx[n])
+    if screened == np.inf:
+        return 0, np.inf
+    cutoff = _threshold(screened) * (1.0 + BOUND_SLACK)
     k = 0
-    n_dead = 0
     low = np.inf
-    limit = np.inf
-    steps = 0
-    done = m == 0
-    while not done:
-        for r in range(n_r):
-            if usable > 0 and rres[r] <= 0:
-                continue  # no bound from a resource the criterion skips
-            if depth[r] >= m:
-                done = True
-                break
-            n = srt[r, depth[r]]
-            depth[r] += 1
-            if usable > 0 and key[r, n] / rres[r] > limit:
-                done = True
-                break
-            if seen[n] == visit:
-                continue
-            seen[n] = visit
-            steps += 1
-            if not elig[n]:
-                continue
-            if not _fits(n, agent, residual, demand, tol):
-                if _passed(n, skips, next_check, residual, demand, tol, eligible):
-                    dead[n_dead] = n
-                    n_dead += 1
-                continue
+    for n in range(n_f):
+        if approx[n] <= cutoff:
             v = _max_ratio(alloc, n, rres) / weight[n]
             ties[k] = n
             values[k] = v
             k += 1
             if v < low:
                 low = v
-                limit = _threshold(low) * (1.0 + BOUND_SLACK)
-    ints[STEPS] += steps
-    return k, low, n_dead
+    return k, low

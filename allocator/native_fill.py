@@ -146,7 +146,6 @@ def _run_rrr(k, arrays: _Arrays, state: AllocationState, criterion: Criterion,
         scale = np.ascontiguousarray(criterion.scale(state), dtype=float)
     elif kind is RPSDSF:
         crit = k.RPSDSF
-        orders = n_r
     else:
         caps, inverse = np.unique(cluster.capacity, axis=0, return_inverse=True)
         if len(caps) <= MAX_TYPES:
@@ -160,7 +159,7 @@ def _run_rrr(k, arrays: _Arrays, state: AllocationState, criterion: Criterion,
             type_of = np.arange(n_a, dtype=np.int64)
     key = np.zeros((orders, n_f))
     srt = np.zeros((orders, n_f), dtype=np.int64)
-    if crit != k.PSDSF_SCAN:
+    if crit in (k.DRF, k.TSF, k.PSDSF):
         for n in range(n_f):
             k.update_keys(crit, n, arrays.alloc, arrays.count, arrays.weight, arrays.total,
                           type_cap, scale, key)  # fmt: skip
@@ -169,14 +168,12 @@ def _run_rrr(k, arrays: _Arrays, state: AllocationState, criterion: Criterion,
     arrays.ints[k.ALIVE_LEN] = n_a
     order = np.zeros(n_a, dtype=np.int64)
     full = np.zeros(n_a, dtype=bool)
-    skips = np.zeros(n_f, dtype=np.int64)
-    next_check = np.full(n_f, k.FIRST_CHECK, dtype=np.int64)
-    seen = np.zeros(n_f, dtype=np.int64)
+    witness = np.zeros(n_f, dtype=np.int64)
     while True:
         status = k.rrr(crit, rng, arrays.ints, arrays.residual, arrays.alloc, arrays.count,
                        arrays.limit, arrays.wanting, arrays.demand, arrays.tol, arrays.eligible,
                        arrays.weight, arrays.total, type_of, type_cap, scale, key, srt,
-                       order, alive, full, skips, next_check, seen, arrays.out_f,
+                       order, alive, full, witness, arrays.out_f,
                        arrays.out_a, arrays.ties, arrays.values)  # fmt: skip
         if status != k.GROW:
             break

@@ -16,6 +16,7 @@ from allocator.policy.levels import Level
 from allocator.state import AllocationState, Grant, Mode
 from support.reference_fill.selection import Selection, make_selector
 from support.reference_fill.ties import Ties
+from support.reference_fill.tsf import TSF as FrozenTSF
 
 
 def progressive_fill(
@@ -44,6 +45,8 @@ def progressive_fill(
     selections' parameters by name (`EngineConfig.policy_params()`; FUGA's selection needs
     its own).
     """
+    if type(criterion).__name__ == "TSF":  # the TSF of then, whose y_n is frozen too
+        criterion = FrozenTSF()
     selector = make_selector(selection, state, criterion, rng, ties, level, agent_pass, params)
     grants: list[Grant] = []
     made = 0
