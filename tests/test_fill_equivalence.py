@@ -10,6 +10,7 @@ the same too).
 from __future__ import annotations
 
 import dataclasses
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.reference_fill.filling import progressive_fill as reference_fill
 
+from allocator import native_fill
 from allocator.filling import progressive_fill
 from allocator.model import Cluster
 from allocator.policy import PAPER_SCHEDULERS, Selection, Ties, scheduler
@@ -102,6 +104,7 @@ def fill_both(
     level: Level,
     seed: int,
     engine: bool = False,
+    max_grants: int | None = None,
 ) -> tuple[list, list]:
     """Fill fresh states of `cluster` with the new and the frozen fill; assert the states and
     the generators end equal and return both grant lists."""
@@ -111,7 +114,8 @@ def fill_both(
         state = AllocationState(cluster, mode)
         rng = np.random.default_rng(seed)
         kwargs = {"agent_pass": True, "single_offer": mode is Mode.OBLIVIOUS} if engine else {}
-        grants = fill(state, chosen.criterion(), selection, rng, ties, level=level, **kwargs)
+        grants = fill(state, chosen.criterion(), selection, rng, ties, level=level,
+                      max_grants=max_grants, **kwargs)  # fmt: skip
         out.append((grants, state, rng.bit_generator.state))
     (new, new_state, new_rng), (old, old_state, old_rng) = out
     np.testing.assert_array_equal(new_state.tasks, old_state.tasks)
@@ -126,7 +130,7 @@ def fill_both(
 
 
 @pytest.mark.parametrize("name", PAPER_SCHEDULERS)
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     cluster=instances(),
     selection=st.sampled_from(SELECTIONS),
@@ -169,3 +173,41 @@ def test_same_grants_on_a_google_like_cluster(name: str) -> None:
     )
     assert len(new) > 1000
     assert [(g.framework, g.agent) for g in new] == [(g.framework, g.agent) for g in old]
+
+
+@pytest.mark.parametrize("name", ["drf", "tsf", "psdsf", "psdsf-scan", "rpsdsf"])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    cluster=instances(),
+    seed=st.integers(0, 2**32 - 1),
+    max_grants=st.one_of(st.none(), st.integers(0, 40)),
+)
+def test_native_fill_makes_the_same_grants(name: str, cluster: Cluster, seed: int,
+                                           max_grants: int | None) -> None:  # fmt: skip
+    """Where the compiled kernels take the fill (rrr, characterized, random ties), on
+    every instance: weights, constraints, limits, frameworks without demand, a grant
+    limit; `psdsf-scan` is PS-DSF past `MAX_TYPES` agent types (evaluated per visit)."""
+    criterion = scheduler(name.split("-")[0]).criterion()
+    state = AllocationState(cluster)
+    level = Level.FRAMEWORK
+    assert native_fill.applies(state, criterion, Selection.RRR, Ties.RANDOM, level, False, False)
+    with mock.patch.object(native_fill, "MAX_TYPES", 0 if name.endswith("scan") else 64):
+        new, old = fill_both(cluster, name.split("-")[0], Selection.RRR, Mode.CHARACTERIZED,
+                             Ties.RANDOM, level, seed, max_grants=max_grants)  # fmt: skip
+    assert [(g.framework, g.agent, g.tasks) for g in new] == [
+        (g.framework, g.agent, g.tasks) for g in old
+    ]
+
+
+def test_the_kernels_take_the_default_static_fills() -> None:
+    """The paper's schedulers with their default selections go native (else the speed-up
+    and the tests above would be about nothing), and the engine's runs do not."""
+    state = AllocationState(google_like_cluster(20, 4, seed=1))
+    for name in ("drf", "tsf", "psdsf", "rpsdsf"):
+        chosen = scheduler(name)
+        args = (state, chosen.criterion(), chosen.default_selection, Ties.RANDOM)
+        assert native_fill.applies(*args, Level.FRAMEWORK, False, False)
+        assert not native_fill.applies(*args, Level.FRAMEWORK, True, False)  # agent pass
+    oblivious = AllocationState(google_like_cluster(20, 4, seed=1), Mode.OBLIVIOUS)
+    assert not native_fill.applies(oblivious, scheduler("drf").criterion(), Selection.RRR,
+                                   Ties.RANDOM, Level.FRAMEWORK, False, False)  # fmt: skip
