@@ -1,8 +1,9 @@
 """Progressive filling at native speed for the static fills that dominate large instances.
 
 `progressive_fill` hands a fill here when `applies` says the compiled kernels
-(`allocator/fill_kernels.py`) make exactly its grants: a fresh state in characterized mode,
-framework level (or a single role), random ties, and one of
+(`allocator/fill_kernels.py`) make exactly its grants and the instance is large enough to
+be worth loading them (`MIN_PAIRS`): a fresh state in characterized mode, framework level (or
+a single role), random ties, and one of
 
 - DRF, TSF, PS-DSF or rPS-DSF with randomized round-robin (the static rounds, not the
   engine's agent pass);
@@ -32,6 +33,10 @@ from allocator.policy.ties import RELATIVE_TIE, Ties
 from allocator.policy.tsf import TSF
 from allocator.state import AllocationState, Mode
 
+#: Smallest instance (agents x frameworks) filled natively: below it the generic fill takes
+#: well under a second, less than importing numba and loading the compiled kernels.
+MIN_PAIRS = 100_000
+
 #: PS-DSF keeps a key per agent type while there are at most this many distinct capacities;
 #: beyond, it is computed at each visit.
 MAX_TYPES = 64
@@ -45,7 +50,8 @@ def applies(state: AllocationState, criterion: Criterion, selection: Selection |
     """Whether the native fill makes the grants `progressive_fill` would make here."""
     cluster = state.cluster
     if (
-        state.mode is not Mode.CHARACTERIZED
+        cluster.n_agents * cluster.n_frameworks < MIN_PAIRS
+        or state.mode is not Mode.CHARACTERIZED
         or Ties(ties) is not Ties.RANDOM
         or (Level(level) is Level.ROLE and len(cluster.role_names) > 1)
         or single_offer

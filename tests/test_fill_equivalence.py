@@ -162,15 +162,9 @@ def test_same_grants_on_a_google_like_cluster(name: str) -> None:
     shares move through many orders, agents fill up unevenly and ties come and go."""
     cluster = google_like_cluster(300, 40, seed=7)
     chosen = scheduler(name)
-    new, old = fill_both(
-        cluster,
-        name,
-        chosen.default_selection,
-        Mode.CHARACTERIZED,
-        Ties.RANDOM,
-        Level.FRAMEWORK,
-        seed=11,
-    )
+    with mock.patch.object(native_fill, "MIN_PAIRS", 0):
+        new, old = fill_both(cluster, name, chosen.default_selection, Mode.CHARACTERIZED,
+                             Ties.RANDOM, Level.FRAMEWORK, seed=11)  # fmt: skip
     assert len(new) > 1000
     assert [(g.framework, g.agent) for g in new] == [(g.framework, g.agent) for g in old]
 
@@ -190,8 +184,10 @@ def test_native_fill_makes_the_same_grants(name: str, cluster: Cluster, seed: in
     criterion = scheduler(name.split("-")[0]).criterion()
     state = AllocationState(cluster)
     level = Level.FRAMEWORK
-    assert native_fill.applies(state, criterion, Selection.RRR, Ties.RANDOM, level, False, False)
-    with mock.patch.object(native_fill, "MAX_TYPES", 0 if name.endswith("scan") else 64):
+    max_types = 0 if name.endswith("scan") else native_fill.MAX_TYPES
+    with mock.patch.multiple(native_fill, MIN_PAIRS=0, MAX_TYPES=max_types):
+        assert native_fill.applies(state, criterion, Selection.RRR, Ties.RANDOM, level, False,
+                                   False)  # fmt: skip
         new, old = fill_both(cluster, name.split("-")[0], Selection.RRR, Mode.CHARACTERIZED,
                              Ties.RANDOM, level, seed, max_grants=max_grants)  # fmt: skip
     assert [(g.framework, g.agent, g.tasks) for g in new] == [
@@ -200,14 +196,18 @@ def test_native_fill_makes_the_same_grants(name: str, cluster: Cluster, seed: in
 
 
 def test_the_kernels_take_the_default_static_fills() -> None:
-    """The paper's schedulers with their default selections go native (else the speed-up
-    and the tests above would be about nothing), and the engine's runs do not."""
-    state = AllocationState(google_like_cluster(20, 4, seed=1))
+    """The paper's schedulers with their default selections go native on large instances
+    (else the speed-up and the tests above would be about nothing), and neither the engine's
+    runs nor small instances do."""
+    assert not native_fill.applies(AllocationState(google_like_cluster(20, 4, seed=1)),
+                                   scheduler("drf").criterion(), Selection.RRR, Ties.RANDOM,
+                                   Level.FRAMEWORK, False, False)  # fmt: skip
+    state = AllocationState(google_like_cluster(1000, 100, seed=1))
     for name in ("drf", "tsf", "psdsf", "rpsdsf"):
         chosen = scheduler(name)
         args = (state, chosen.criterion(), chosen.default_selection, Ties.RANDOM)
         assert native_fill.applies(*args, Level.FRAMEWORK, False, False)
         assert not native_fill.applies(*args, Level.FRAMEWORK, True, False)  # agent pass
-    oblivious = AllocationState(google_like_cluster(20, 4, seed=1), Mode.OBLIVIOUS)
+    oblivious = AllocationState(google_like_cluster(1000, 100, seed=1), Mode.OBLIVIOUS)
     assert not native_fill.applies(oblivious, scheduler("drf").criterion(), Selection.RRR,
                                    Ties.RANDOM, Level.FRAMEWORK, False, False)  # fmt: skip
