@@ -5,7 +5,7 @@ and 1,000 frameworks with random demand vectors. Each scheduler runs in its own 
 its peak memory is its own. Results go to benchmarks/results/fill.json and fill.md.
 
 Times are CPU seconds of the fill alone (the machine is shared; wall seconds are recorded
-too). The current fill is timed after a small fill of the same scheduler has loaded its
+too). Each fill is timed after a fill of 1,000 x 100 with the same scheduler has loaded its
 compiled kernels (numba caches them on disk; the first run after an install compiles them,
 `warmup_seconds`). `--before` also times the frozen pre-issue-28 fill
 (`tests/support/reference_fill`) back to back with the current one, checks both made the
@@ -62,7 +62,8 @@ def measure(name: str, agents: int, frameworks: int, seed: int,
     fill = fill_function(which)
     chosen = scheduler(name)
     started = time.perf_counter()
-    fill(AllocationState(google_like_cluster(50, 8, seed)), chosen.criterion(),
+    # large enough for the native fill (MIN_PAIRS): loads numba and the compiled kernels
+    fill(AllocationState(google_like_cluster(1000, 100, seed)), chosen.criterion(),
          chosen.default_selection, np.random.default_rng(seed))  # fmt: skip
     warmup = time.perf_counter() - started
     started = time.perf_counter()
