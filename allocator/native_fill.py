@@ -3,17 +3,15 @@
 `progressive_fill` hands a fill here when `applies` says the compiled kernels
 (`allocator/fill_kernels.py`) make exactly its grants and the instance is large enough to
 be worth loading them (`MIN_PAIRS`): a fresh state in characterized mode, framework level (or
-a single role), random ties, and one of
-
-- DRF, TSF, PS-DSF or rPS-DSF with randomized round-robin (the static rounds, not the
-  engine's agent pass);
-- DRF with best fit (BF-DRF).
+a single role), random ties, and DRF, TSF, PS-DSF or rPS-DSF with randomized round-robin
+(the static rounds, not the engine's agent pass). Best fit (BF-DRF) is not done natively
+yet: it keeps its generic path and best-fit index.
 
 The kernels keep each criterion up to date grant by grant instead of re-evaluating every
-framework (DRF and TSF: one key per framework; PS-DSF: one per framework and agent type,
-agents with the same capacity sharing a type), and draw no random number themselves: the
-driver here draws every permutation and every tie from the fill's generator in the order the
-generic selectors do, so the generator ends in the same state too.
+framework (DRF and TSF: one sorted order; PS-DSF: one per agent type, agents with the same
+capacity sharing a type; rPS-DSF: a vectorized screen at each visit), and draw every
+permutation and every tie from the fill's generator where the generic selectors draw, so
+the generator ends in the same state too.
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ MIN_PAIRS = 100_000
 #: beyond, it is computed at each visit.
 MAX_TYPES = 64
 
-_RRR_CRITERIA = {DRF: "DRF", TSF: "TSF", PSDSF: "PSDSF", RPSDSF: "RPSDSF"}
+_RRR_CRITERIA = (DRF, TSF, PSDSF, RPSDSF)
 
 
 def applies(state: AllocationState, criterion: Criterion, selection: Selection | str,
@@ -61,11 +59,11 @@ def applies(state: AllocationState, criterion: Criterion, selection: Selection |
         or RELATIVE_TIE != 1e-9  # the kernels' own copy
     ):
         return False
-    kind = type(criterion)
-    selection = Selection(selection)
-    if selection is Selection.RRR:
-        return kind in _RRR_CRITERIA and not agent_pass
-    return False  # best fit: not yet
+    return (
+        Selection(selection) is Selection.RRR
+        and type(criterion) in _RRR_CRITERIA
+        and (not agent_pass)
+    )
 
 
 def fill(state: AllocationState, criterion: Criterion, selection: Selection | str,
@@ -79,10 +77,7 @@ def fill(state: AllocationState, criterion: Criterion, selection: Selection | st
     n_f, n_a = cluster.n_frameworks, cluster.n_agents
     limit = np.iinfo(np.int64).max if max_grants is None else max_grants
     arrays = _Arrays(state, limit)
-    if Selection(selection) is Selection.RRR:
-        _run_rrr(k, arrays, state, criterion, rng)
-    else:
-        _run_bestfit(k, arrays, state, rng)
+    _run_rrr(k, arrays, state, criterion, rng)
     made = int(arrays.ints[k.MADE])
     frameworks = arrays.out_f[:made]
     agents = arrays.out_a[:made]
@@ -186,11 +181,6 @@ def _run_rrr(k, arrays: _Arrays, state: AllocationState, criterion: Criterion,
         _grow(arrays)
     if os.environ.get("FAIRBROKER_FILL_STATS"):
         print(f"native fill: {int(arrays.ints[k.STEPS])} steps", file=sys.stderr)
-
-
-def _run_bestfit(k, arrays: _Arrays, state: AllocationState,
-                 rng: np.random.Generator) -> None:  # fmt: skip
-    raise NotImplementedError
 
 
 def _write_back(state: AllocationState, arrays: _Arrays, frameworks: np.ndarray,
