@@ -16,9 +16,6 @@ the generator ends in the same state too.
 
 from __future__ import annotations
 
-import os
-import sys
-
 import numpy as np
 
 from allocator.policy.base import Criterion
@@ -179,8 +176,6 @@ def _run_rrr(k, arrays: _Arrays, state: AllocationState, criterion: Criterion,
         if status != k.GROW:
             break
         _grow(arrays)
-    if os.environ.get("FAIRBROKER_FILL_STATS"):
-        print(f"native fill: {int(arrays.ints[k.STEPS])} steps", file=sys.stderr)
 
 
 def _write_back(state: AllocationState, arrays: _Arrays, frameworks: np.ndarray,
