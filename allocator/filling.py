@@ -8,9 +8,11 @@ agent's whole remainder, of which it keeps the whole tasks that fit (up to its l
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from itertools import repeat
 
 import numpy as np
 
+from allocator import native_fill
 from allocator.policy import Selection, Ties
 from allocator.policy.base import Criterion
 from allocator.policy.levels import Level
@@ -43,7 +45,19 @@ def progressive_fill(
     agents shuffled once and each filled before the next. `params`: the criteria's and
     selections' parameters by name (`EngineConfig.policy_params()`; FUGA's selection needs
     its own).
+
+    Where `native_fill.applies` (large static fills), compiled kernels make the very same
+    grants; `on_grant` is then called for each after the fill, in order.
     """
+    if native_fill.applies(state, criterion, selection, ties, level, agent_pass, single_offer):
+        frameworks, agents = native_fill.fill(state, criterion, selection, rng, max_grants)
+        if not keep and on_grant is None:
+            return []
+        made = list(map(Grant, frameworks.tolist(), agents.tolist(), repeat(1)))
+        if on_grant is not None:
+            for grant in made:
+                on_grant(grant)
+        return made if keep else []
     selector = make_selector(selection, state, criterion, rng, ties, level, agent_pass, params)
     grants: list[Grant] = []
     made = 0
@@ -62,4 +76,3 @@ def progressive_fill(
         if on_grant is not None:
             on_grant(grant)
     return grants
-

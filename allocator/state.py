@@ -6,8 +6,8 @@ online engine; the policy code reads it and `grant`/`release` are the only write
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,8 +25,10 @@ class Mode(StrEnum):
     OBLIVIOUS = "oblivious"
 
 
-@dataclass(frozen=True)
-class Grant:
+class Grant(NamedTuple):
+    """A grant: `tasks` tasks of `framework` on `agent` (a tuple: a large fill makes
+    hundreds of thousands)."""
+
     framework: int
     agent: int
     tasks: int

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,12 +13,13 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from allocator import fast_fill
+from allocator import native_fill
 from allocator.errors import FairbrokerError
 from allocator.filling import progressive_fill
 from allocator.model import Cluster
 from allocator.optimal import DEFAULT_MAX_PAIRS, Optimum, optimum
 from allocator.policy import Selection, Ties, scheduler
+from allocator.policy.levels import Level
 from allocator.state import AllocationState, Grant, Mode
 
 #: JSON output carries the x_{n,i} matrix by default up to this many framework-agent pairs.
@@ -58,6 +60,8 @@ class FillSummary:
     optimum: Optimum | None
     optimum_skipped: str | None = None  # why the bound was not solved, if it was not
     notes: list[str] = field(default_factory=list)
+    #: Seconds spent filling, all trials together (not reading the scenario, not the bound).
+    fill_seconds: float = 0.0
 
     def _per_pair(self, values: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> dict:
         c = self.cluster
@@ -111,6 +115,7 @@ class FillSummary:
                 for r, u in zip(self.cluster.resources, self.utilization, strict=True)
             },
             "grants": round(self.grants, 3),
+            "fill_seconds": round(self.fill_seconds, 6),
             "frameworks": self.framework_summary(),
             "agents": self.cluster.n_agents,
         }
@@ -152,7 +157,7 @@ class _FillProgress:
             self.bar.set_postfix_str(f"{self.grants:,} grants", refresh=False)
 
     def at(self, grants: int) -> None:
-        """Progress from a fill that counts its own grants (fast_fill)."""
+        """Progress from a fill that counts its own grants (the native fill)."""
         self.grants = grants
         self.show()
 
@@ -194,6 +199,7 @@ def run_trials(
     framework_totals = np.zeros((trials, n_f))
     utilization = np.zeros((trials, len(cluster.resources)))
     grants = 0
+    fill_seconds = 0.0
     for t in tqdm(range(trials), desc=f"{chosen.title} fill", disable=not progress or trials == 1,
                   leave=False, file=sys.stderr):  # fmt: skip
         state = AllocationState(cluster, mode)
@@ -204,11 +210,15 @@ def run_trials(
             # one that finishes in exactly max_grants (which is not stopped).
             limit = None if max_grants is None else max_grants + 1
             criterion = chosen.criterion(params)
-            if fast_fill.applies(state, criterion, selection, ties):  # the same grants, faster
-                bar.grants = fast_fill.fast_fill(state, rng, limit, bar.at, PROGRESS_EVERY)
+            started = time.perf_counter()
+            if native_fill.applies(state, criterion, selection, ties, Level.FRAMEWORK,
+                                   agent_pass=False, single_offer=False):  # fmt: skip
+                made, _ = native_fill.fill(state, criterion, selection, rng, limit)
+                bar.at(len(made))
             else:
                 progressive_fill(state, criterion, selection, rng, ties, max_grants=limit,
                                  on_grant=bar, keep=False, params=params)  # fmt: skip
+            fill_seconds += time.perf_counter() - started
         finally:
             bar.close()
         if max_grants is not None and bar.grants > max_grants:
@@ -261,4 +271,5 @@ def run_trials(
         optimum=optimum(cluster) if with_optimum else None,
         optimum_skipped=skipped,
         notes=notes,
+        fill_seconds=fill_seconds,
     )

@@ -27,6 +27,7 @@ EXAMPLES = ("paper002-example", "paper000-example", "paper001-fig1")
 # Keys whose values are measurements of this run, not decisions.
 VOLATILE = {
     "seconds", "elapsed_s", "wall_s", "cpu_s", "time_s", "duration_s", "sim_s_per_wall_s",
+    "fill_seconds",
 }
 
 

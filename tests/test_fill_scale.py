@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -162,43 +163,59 @@ def _fast_fill_cluster(rng: np.random.Generator, equal: bool):
 
 
 @pytest.mark.parametrize("case", range(150))
-def test_fast_fill_makes_the_generic_fills_grants_in_order(case):
-    from allocator import fast_fill
+@pytest.mark.parametrize("name", ["drf", "tsf", "psdsf", "rpsdsf"])
+def test_native_fill_makes_the_generic_fills_grants_in_order(name, case):
+    from support.reference_fill.filling import progressive_fill as reference_fill
+
+    from allocator import native_fill
 
     rng = np.random.default_rng(case)
     cluster = _fast_fill_cluster(rng, equal=case % 5 == 0)
     max_grants = int(rng.integers(1, 60)) if case % 7 == 0 else None
     generic = AllocationState(cluster)
-    drf, draws = scheduler("drf").criterion(), np.random.default_rng([case, 1])
-    expected = progressive_fill(generic, drf, "rrr", draws, max_grants=max_grants)
-    fast, seen = AllocationState(cluster), []
-    assert fast_fill.applies(fast, scheduler("drf").criterion(), "rrr", "random")
-    count = fast_fill.fast_fill(fast, np.random.default_rng([case, 1]), max_grants, record=seen)
-    assert seen == [(g.framework, g.agent) for g in expected]
-    assert count == len(expected)
-    for name in ("tasks", "count", "alloc", "residual", "wanting"):
-        before, after = getattr(generic, name), getattr(fast, name)
+    criterion, draws = scheduler(name).criterion(), np.random.default_rng([case, 1])
+    expected = reference_fill(generic, criterion, "rrr", draws, max_grants=max_grants)
+    fast, rng = AllocationState(cluster), np.random.default_rng([case, 1])
+    with mock.patch.object(native_fill, "MIN_PAIRS", 0):
+        assert native_fill.applies(fast, criterion, "rrr", "random", "framework", False, False)
+        frameworks, agents = native_fill.fill(fast, scheduler(name).criterion(), "rrr", rng,
+                                              max_grants)  # fmt: skip
+    assert list(zip(frameworks.tolist(), agents.tolist(), strict=True)) == [
+        (g.framework, g.agent) for g in expected
+    ]
+    assert rng.bit_generator.state == draws.bit_generator.state
+    for field in ("tasks", "count", "alloc", "residual", "wanting"):
+        before, after = getattr(generic, field), getattr(fast, field)
         before, after = (before(), after()) if callable(before) else (before, after)
-        assert np.array_equal(before, after), name  # bit for bit, not approximately
+        assert np.array_equal(before, after), field  # bit for bit, not approximately
     assert np.array_equal(generic.changed_at, fast.changed_at) and generic.changes == fast.changes
 
 
-def test_fast_fill_is_only_used_where_it_is_the_same_fill(example):
-    from allocator import fast_fill
+def test_native_fill_is_only_used_where_it_is_the_same_fill(example):
+    from allocator import native_fill
     from allocator.policy.drf import DRF
 
     drf = scheduler("drf").criterion()
-    assert fast_fill.applies(AllocationState(example), drf, "rrr", "random")
-    assert not fast_fill.applies(AllocationState(example, "oblivious"), drf, "rrr", "random")
-    assert not fast_fill.applies(AllocationState(example), drf, "random", "random")
-    assert not fast_fill.applies(AllocationState(example), drf, "rrr", "waste")
-    assert not fast_fill.applies(AllocationState(example), scheduler("tsf").criterion(), "rrr",
-                                 "random")  # fmt: skip
-    assert not fast_fill.applies(AllocationState(example), type("Sub", (DRF,), {})(), "rrr",
-                                 "random")  # fmt: skip
+
+    def applies(state, criterion=drf, selection="rrr", ties="random", level="framework",
+                agent_pass=False, single_offer=False):  # fmt: skip
+        with mock.patch.object(native_fill, "MIN_PAIRS", 0):
+            return native_fill.applies(state, criterion, selection, ties, level, agent_pass,
+                                       single_offer)  # fmt: skip
+
+    assert applies(AllocationState(example))
+    assert not native_fill.applies(AllocationState(example), drf, "rrr", "random", "framework",
+                                   False, False)  # fmt: skip
+    assert not applies(AllocationState(example, "oblivious"))
+    assert not applies(AllocationState(example), selection="random")
+    assert not applies(AllocationState(example), ties="waste")
+    assert not applies(AllocationState(example), agent_pass=True)
+    assert not applies(AllocationState(example), single_offer=True)
+    assert not applies(AllocationState(example), criterion=type("Sub", (DRF,), {})())
+    assert not applies(AllocationState(example), criterion=scheduler("fuga").criterion())
     used = AllocationState(example)
     used.grant(0, 0)
-    assert not fast_fill.applies(used, drf, "rrr", "random")
+    assert not applies(used)
 
 
 def _run_on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
@@ -248,7 +265,8 @@ def _run_on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str, 
 
 @pytest.mark.parametrize(("scheduler_name", "size"), [("drf", 200), ("tsf", 50)])
 def test_a_long_fill_shows_its_progress_on_a_terminal(tmp_path, scheduler_name, size):
-    """drf takes the fast path (200,000 grants), tsf the generic one (50,000)."""
+    """200,000 grants of drf, 50,000 of tsf (the generic fill: 5,000 pairs are below the
+    native fill's MIN_PAIRS)."""
     import os
 
     data = {"agents": [{"name": f"a{i}", "resources": {"cpus": size, "mem": size}}
@@ -267,5 +285,8 @@ def test_a_long_fill_shows_its_progress_on_a_terminal(tmp_path, scheduler_name, 
     assert re.search(r"[\d,]+ grants", terminal), terminal
     quiet = run_fairbroker(*args, "--quiet")
     assert quiet.returncode == 0 and quiet.stderr == ""
-    assert stdout == quiet.stdout  # the bar goes to the terminal only; stdout is the same
-    assert json.loads(stdout)["grants"] == 1000 * size
+    # the bar goes to the terminal only; stdout is the same but for the time measured
+    shown, plain = json.loads(stdout), json.loads(quiet.stdout)
+    assert shown.pop("fill_seconds") > 0 and plain.pop("fill_seconds") > 0
+    assert shown == plain
+    assert shown["grants"] == 1000 * size

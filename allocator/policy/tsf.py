@@ -22,10 +22,31 @@ def tasks_alone(
 ) -> np.ndarray:
     """y_n for the given demand rows (all frameworks, or those selected by `rows`).
 
-    NaN demand rows give NaN.
+    NaN demand rows give NaN. Agents with the same capacity hold the same whole tasks, so
+    floor(gamma_{n,i}) is computed once per distinct capacity and counted once per eligible
+    agent of it: the sums are of whole numbers, exact in any order while they stay below
+    2^53 (beyond, the per-agent sum of `Cluster.fit` is used).
     """
-    gamma = state.cluster.fit(np.nan_to_num(demand, nan=np.inf), rows)
-    alone = np.floor(gamma + 1e-9).sum(axis=1)
+    cluster = state.cluster
+    capacity, kind = np.unique(cluster.capacity, axis=0, return_inverse=True)
+    kind = kind.reshape(-1)
+    d = np.nan_to_num(demand, nan=np.inf)
+    gamma = np.full((len(d), len(capacity)), np.inf)
+    for r in range(len(cluster.resources)):  # as Cluster.fit, on the distinct capacities
+        need = d[:, r] > 0
+        if need.any():
+            gamma[need] = np.minimum(gamma[need], capacity[None, :, r] / d[need, r, None])
+    whole = np.floor(np.where(np.isfinite(gamma), gamma, 0.0) + 1e-9)
+    eligible = cluster.eligible if rows is None else cluster.eligible[rows]
+    if eligible.all():
+        agents = np.bincount(kind, minlength=len(capacity)).astype(float)
+        alone = whole @ agents
+        exact = whole.max(initial=0.0) * cluster.n_agents < 2.0**53
+    else:
+        exact = False
+    if not exact:  # constraints, or sums too large to be exact: every agent on its own
+        gamma = cluster.fit(d, rows)
+        alone = np.floor(gamma + 1e-9).sum(axis=1)
     return np.where(np.isnan(demand).any(axis=1), np.nan, alone)
 
 
@@ -58,6 +79,11 @@ class TSF(Criterion):
         with np.errstate(divide="ignore"):
             inverse = np.where(alone > 0, 1.0 / alone, 1e300)
         return inverse / state.cluster.weight
+
+    def scale(self, state: AllocationState) -> np.ndarray:
+        """1 / (phi_n y_n) of each framework: its criterion is x_n times this."""
+        self.alone(state)
+        return self._scale
 
     def values(self, state: AllocationState) -> np.ndarray:
         self.alone(state)

@@ -1,0 +1,283 @@
+"""Best-fit agent lookup (the agent half of BF-DRF), kept up to date grant by grant.
+
+For a framework n the best-fit agent is the feasible agent (one more whole task of d_n fits
+in its residual and n may run there) with the least H (`bestfit.fit_distance`), ties within
+`ties.RELATIVE_TIE` broken uniformly at random. `best_fit_scan` finds it by scanning every
+agent: O(A) numpy passes per grant, plus recomputing H for every agent.
+
+`BestFitIndex` keeps H (F, A) for every framework-agent pair, +inf where the task does not
+fit. A grant changes one agent's residual, so only that agent's column is recomputed (a
+vector over frameworks); a lookup is then one min and one comparison over the framework's
+row. The columns are computed with the same float operations as `fit_distance` and
+`AllocationState.fits_framework`, so every H is bit-for-bit what a scan computes and the
+lookup returns the same agent as `best_fit_scan` for the same random stream. Whenever the
+row's minimum is not finite (nothing fits, or an H that is +inf or NaN on a feasible agent)
+it defers to `best_fit_scan`.
+
+Changed agents come from the state's write counter and per-agent stamps
+(`AllocationState.changes`, `changed_at`); no agent's residual changes any other way.
+Memory is 8 F A bytes (80 MB at 1,000 frameworks x 10,000 agents).
+
+Building the index costs about as much as F/2 scans, too much for an allocation run that
+serves a handful of tasks, so `BestFit` (what a selector holds) scans for the first lookups
+and builds the index only once a fill has made that many; with the same answers and draws
+either way, the switch does not change the result. Above `MAX_BYTES` it always scans.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from allocator.state import AllocationState
+from support.reference_fill.bestfit import DemandShape, demand_shape, fit_distance
+from support.reference_fill.ties import RELATIVE_TIE, pick_lowest
+
+#: Largest H matrix the index allocates; beyond it best fit scans on every lookup.
+MAX_BYTES = 1 << 30
+
+#: Lookups answered by scanning before the index is built: this many per framework, at least
+#: `MIN_SCANS` (building costs about as much as F / 2 scans).
+SCANS_PER_FRAMEWORK = 0.5
+MIN_SCANS = 16
+
+#: Agents per block when many columns are recomputed at once (bounds the temporaries).
+_BLOCK = 1024
+
+
+def best_fit_scan(state: AllocationState, framework: int, rng: np.random.Generator) -> int:
+    """Best-fit agent by scanning all agents (least H among the feasible, random ties), or -1."""
+    feasible = state.fits_framework(framework)
+    if not feasible.any():
+        return -1
+    demand = state.known_demand[framework]
+    if np.isnan(demand).any():  # oblivious, nothing observed yet: no shape to match
+        distance = np.zeros(len(feasible))
+    else:
+        distance = fit_distance(demand, state.residual, state.cluster.total)
+    return pick_lowest(distance, feasible, rng)
+
+
+class BestFit:
+    """Best-fit lookups for one fill: scans at first, then an index once it pays for itself."""
+
+    def __init__(self, state: AllocationState, rng: np.random.Generator) -> None:
+        self.state = state
+        self.rng = rng
+        self.index: BestFitIndex | None = None
+        cluster = state.cluster
+        affordable = 0 < 8 * cluster.n_frameworks * cluster.n_agents <= MAX_BYTES
+        budget = max(int(SCANS_PER_FRAMEWORK * cluster.n_frameworks), MIN_SCANS)
+        #: Scans left before building the index (None: never build it).
+        self.scans_left: int | None = budget if affordable else None
+
+    def best(self, framework: int) -> int:
+        """The best-fit feasible agent for `framework` (random among ties), or -1."""
+        if self.index is not None:
+            return self.index.best(framework)
+        if self.scans_left is not None:
+            if self.scans_left <= 0:
+                self.index = BestFitIndex(self.state, self.rng)
+                return self.index.best(framework)
+            self.scans_left -= 1
+        return best_fit_scan(self.state, framework, self.rng)
+
+
+class _Group:
+    """Frameworks whose H has the same form: reference resource and resources compared."""
+
+    def __init__(self, ref: int, resources: tuple[int, ...]) -> None:
+        self.ref = ref
+        self.resources = resources
+        self.rows: list[int] = []
+        self.terms: list[tuple[float, ...]] = []
+
+    def freeze(self) -> None:
+        self.index = np.array(self.rows, dtype=np.int64)
+        # One column per compared resource; terms[j] is the (G,) vector for resources[j].
+        table = np.array(self.terms, dtype=float).reshape(len(self.rows), len(self.resources))
+        self.columns = [np.ascontiguousarray(table[:, j]) for j in range(len(self.resources))]
+
+
+class BestFitIndex:
+    """H of every framework on every agent, +inf where it does not fit; see the module doc."""
+
+    def __init__(self, state: AllocationState, rng: np.random.Generator) -> None:
+        self.state = state
+        self.rng = rng
+        cluster = state.cluster
+        n_f, n_a = cluster.n_frameworks, cluster.n_agents
+        self._total = cluster.total
+        self._total_list = cluster.total.tolist()
+        # Ineligible frameworks by agent (contiguous per agent), unless every pair is eligible.
+        everywhere = cluster.eligible.all()
+        self._ineligible = None if everywhere else np.ascontiguousarray(~cluster.eligible.T)
+        # Feasibility exactly as AllocationState.fits_framework: residual_r >= d_r - tol_r for
+        # each resource the task uses (d = inf for frameworks without demand: never fits).
+        demand = np.nan_to_num(cluster.demand, nan=np.inf)
+        floor = np.where(demand > 0, demand - state.tol, -np.inf)
+        self._floor = [
+            (r, np.ascontiguousarray(floor[:, r]))
+            for r in range(floor.shape[1])
+            if not np.isneginf(floor[:, r]).all()  # some task uses resource r
+        ]
+        self._distance = np.empty((n_f, n_a), dtype=float)
+        self._demand_version = state.demand_version
+        self._shapes: list[DemandShape | None] = [None] * n_f
+        self._regroup(np.arange(n_f))
+        self._seen = state.changes
+        self._last = -1  # the agent returned last: usually the only one changed since
+        for start in range(0, n_a, _BLOCK):
+            self._update(slice(start, start + _BLOCK))
+
+    # ---- keeping H current ---------------------------------------------------------------
+    def _regroup(self, rows: np.ndarray) -> None:
+        """Sort frameworks by the form of their H, recomputing the shapes of `rows`."""
+        demand = self.state.known_demand
+        known = ~np.isnan(demand).any(axis=1)
+        for n in rows:
+            # Unknown (oblivious, nothing observed yet): H = 0 everywhere.
+            self._shapes[n] = demand_shape(demand[n], self._total) if known[n] else None
+        groups: dict[tuple[int, tuple[int, ...]], _Group] = {}
+        unknown, invalid = [], []
+        for n, shape in enumerate(self._shapes):
+            if shape is None:
+                unknown.append(n)
+            elif not shape.valid:  # fits no agent
+                invalid.append(n)
+            else:
+                group = groups.setdefault((shape.ref, shape.resources), _Group(*shape[:2]))
+                group.rows.append(n)
+                group.terms.append(shape.terms)
+        for group in groups.values():
+            group.freeze()
+        self._groups = list(groups.values())
+        whole = len(self._groups) == 1 and len(self._groups[0].rows) == len(known)
+        self._single = self._groups[0] if whole else None
+        self._unknown = np.array(unknown, dtype=np.int64)
+        self._invalid = np.array(invalid, dtype=np.int64)
+        self._known = known
+        self._demand = demand.copy()
+
+    def _update(self, agents: np.ndarray | slice) -> None:
+        """Recompute the columns of `agents` (the float steps of `bestfit.shape_distance`)."""
+        total = self._total
+        residual = self.state.residual[agents]  # (m, R)
+        m = len(residual)
+        block = None if self._single is not None else np.empty((len(self._known), m))
+        if block is not None:
+            block[self._unknown] = 0.0
+            block[self._invalid] = np.inf
+        for group in self._groups:
+            res_ref = residual[:, group.ref] / total[group.ref]
+            empty = res_ref <= 0
+            scale = 1.0 / np.where(empty, 1.0, res_ref)
+            distance: np.ndarray | None = None
+            for r, terms in zip(group.resources, group.columns, strict=True):
+                shape = residual[:, r] * (scale / total[r])
+                gap = np.abs(terms[:, None] - shape[None, :])
+                if distance is None:
+                    distance = gap
+                else:
+                    distance += gap
+            if distance is None:  # a single resource: every shape matches
+                distance = np.zeros((len(group.index), m))
+            distance[:, empty] = np.inf
+            if block is None:
+                block = distance
+            else:
+                block[group.index] = distance
+        assert block is not None
+        misfit = None if self._ineligible is None else self._ineligible[agents].T
+        for r, floor in self._floor:
+            out = floor[:, None] > residual[None, :, r]
+            misfit = out if misfit is None else misfit | out
+        if misfit is not None:
+            np.putmask(block, misfit, np.inf)
+        self._distance[:, agents] = block
+
+    def _update_one(self, agent: int) -> None:
+        """`_update` for a single agent, on scalars and (F,) vectors (the grant-by-grant path)."""
+        total = self._total_list
+        residual = self.state.residual[agent].tolist()
+        if self._single is not None:  # one group holding every framework, in order
+            column = self._group_column(self._single, residual, total)
+        else:
+            column = np.empty(len(self._known))
+            column[self._unknown] = 0.0
+            column[self._invalid] = np.inf
+            for group in self._groups:
+                column[group.index] = self._group_column(group, residual, total)
+        # Does not fit: floor_r > residual_r (the negation of fits_framework's test).
+        misfit = self._ineligible[agent].copy() if self._ineligible is not None else None
+        for r, floor in self._floor:
+            if misfit is None:
+                misfit = floor > residual[r]
+            else:
+                misfit |= floor > residual[r]
+        if misfit is not None:
+            np.putmask(column, misfit, np.inf)
+        self._distance[:, agent] = column
+
+    @staticmethod
+    def _group_column(group: _Group, residual: list[float], total: list[float]) -> np.ndarray:
+        """(G,) H of a group's frameworks on one agent; Python floats round as numpy does."""
+        res_ref = residual[group.ref] / total[group.ref]
+        if res_ref <= 0:
+            return np.full(len(group.index), np.inf)
+        scale = 1.0 / res_ref
+        distance: np.ndarray | None = None
+        for r, terms in zip(group.resources, group.columns, strict=True):
+            gap = np.abs(terms - residual[r] * (scale / total[r]))
+            if distance is None:
+                distance = gap
+            else:
+                distance += gap
+        return np.zeros(len(group.index)) if distance is None else distance
+
+    def _sync(self) -> None:
+        state = self.state
+        if state.demand_version != self._demand_version:  # oblivious: a demand became known
+            self._demand_version = state.demand_version
+            now_known, before = state.known_demand, self._demand
+            same = (now_known == before) | (np.isnan(now_known) & np.isnan(before))
+            rows = np.flatnonzero(~same.all(axis=1))
+            if rows.size:
+                self._regroup(rows)
+                for n in rows:
+                    self._refresh_row(n)
+        now = state.changes
+        if now == self._seen:
+            return
+        if now == self._seen + 1 and self._last >= 0 and state.changed_at[self._last] == now:
+            self._seen = now
+            self._update_one(self._last)
+            return
+        changed = np.flatnonzero(state.changed_at > self._seen)
+        self._seen = now
+        for start in range(0, len(changed), _BLOCK):
+            self._update(changed[start : start + _BLOCK])
+
+    def _refresh_row(self, n: int) -> None:
+        state = self.state
+        demand = state.known_demand[n]
+        if np.isnan(demand).any():
+            row = np.zeros(state.cluster.n_agents)
+        else:
+            row = fit_distance(demand, state.residual, self._total)
+        row[~state.fits_framework(n)] = np.inf
+        self._distance[n] = row
+
+    # ---- lookups -----------------------------------------------------------------------
+    def best(self, framework: int) -> int:
+        """The best-fit feasible agent for `framework` (random among ties), or -1."""
+        self._sync()
+        row = self._distance[framework]
+        low = row[row.argmin()]  # NaN counts as the least: the scan below handles it
+        if low < np.inf:
+            tied = (row <= low + RELATIVE_TIE * max(1.0, abs(low))).nonzero()[0]
+            # As ties.pick_lowest draws: one integer when more than one agent is tied.
+            agent = int(tied[0]) if tied.size == 1 else int(tied[self.rng.integers(tied.size)])
+        else:  # nothing fits, or no finite H where something fits: do what a scan does
+            agent = best_fit_scan(self.state, framework, self.rng)
+        self._last = agent
+        return agent
