@@ -755,3 +755,64 @@ def test_on_a_real_master_the_standby_takes_the_same_framework_and_both_tasks(
                 broker.stop()
             for broker in brokers:
                 print(f"--- {broker.name}:", broker.log.read_text(errors="replace")[-3000:])
+
+
+@pytest.mark.slow
+@pytest.mark.live
+@needs_zk
+@pytest.mark.skipif(mesos_home() is None, reason=SKIP_REASON)
+def test_a_real_spark_job_runs_through_a_failover_on_a_real_master(
+    tmp_path: Path, zk: ZooKeeper
+) -> None:
+    """The issue's must-hold on the real Mesos 1.11 master: a real Spark job (2 executors of
+    2 cores, 40 tasks of 3 s) submitted with both brokers' addresses; the leader SIGKILLed
+    while its two executors run as Mesos tasks: the standby leads within 45 s as the same
+    framework, the master still runs the same two tasks (none relaunched or killed), the
+    plugin follows the new leader and the job finishes with the right answer."""
+    from support.spark import HOSTS_JOB, Driver
+
+    from allocator.backends.local import spark_home
+    from allocator.scenarios.cluster_file import load_cluster_file
+
+    url = zk.url("/fairbroker")
+    with RealMesos(load_cluster_file(), work_dir=tmp_path / "mesos", agent_ping_timeout=1) as mesos:
+        extra = ("--backend", "mesos", "--master", mesos.address, "--spark-home",
+                 str(spark_home()), "--allow-root")  # fmt: skip
+        a = Serve("a", url, tmp_path / "state-a", None, tmp_path, lease=30, extra=extra)
+        brokers, driver = [a], None
+        try:
+            wait_for(lambda: a.healthz()[0] == 200, 90, "the first broker to lead and subscribe")
+            b = Serve("b", url, tmp_path / "state-b", None, tmp_path, lease=30, extra=extra)
+            brokers.append(b)
+            wait_for(lambda: b.healthz()[0] == 503, 60, "the second to stand by")
+            conf = {"spark.executor.cores": "2", "spark.executor.memory": "640m",
+                    "spark.executor.instances": "2"}  # fmt: skip
+            driver = Driver(f"127.0.0.1:{a.http},127.0.0.1:{b.http}",
+                            [str(HOSTS_JOB), "2", "40", "3"], workdir=tmp_path,
+                            name="failover", conf=conf)  # fmt: skip
+            running = lambda: sorted(t.task_id for t in mesos.tasks("TASK_RUNNING"))  # noqa: E731
+            before = wait_for(lambda: (ids := running()) and len(ids) == 2 and ids, 180,
+                              "two executors running as Mesos tasks")  # fmt: skip
+            time.sleep(5)  # the job's tasks are running on them
+            (framework_id,) = [f["id"] for f in mesos.frameworks()]
+            a.process.send_signal(signal.SIGKILL)
+            a.process.wait(10)
+            killed_at = time.monotonic()
+            wait_for(lambda: b.healthz()[0] == 200, 45, "the standby to lead and subscribe")
+            print(f"take-over after SIGKILL: {time.monotonic() - killed_at:.1f} s")
+            assert [(f["id"], f["active"]) for f in mesos.frameworks()] == [(framework_id, True)]
+            assert running() == before
+            wait_for(lambda: driver_tenant(b) and _executors(b, driver_tenant(b))
+                     == {"1": "RUNNING", "2": "RUNNING"}, 60,
+                     "the new leader to hold the driver's two executors")  # fmt: skip
+            code, result = driver.wait(timeout=300)
+            assert code == 0, driver.output()
+            assert result["sum"] == sum(range(40))
+            assert sorted(t.task_id for t in mesos.tasks()) == before  # none launched twice
+        finally:
+            if driver is not None:
+                driver.kill()
+            for broker in brokers:
+                broker.stop()
+            for broker in brokers:
+                print(f"--- {broker.name}:", broker.log.read_text(errors="replace")[-3000:])
