@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from allocator.backends.base import AgentInfo, Backend
 from allocator.backends.local import LocalCluster
+from allocator.backends.sandbox import SandboxConfig
 from allocator.broker.api import RequestObserver
 from allocator.broker.asgi import HttpLimits
 from allocator.broker.core import DEFAULT_LEASE_SECONDS, Broker
@@ -44,15 +45,21 @@ class BrokerOptions:
     state_recover: bool = False  # keep what is readable of a damaged state file
     metrics_token: bool = False  # /metrics requires the tenant API's token too
     http_limits: HttpLimits = field(default_factory=HttpLimits)  # tenant API and /metrics
+    # the embedded cluster's executor sandbox (serve's default is auto; here none, so tests
+    # and library users that start executors from private temporary directories still can)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
 
 
 def local_backend(options: BrokerOptions) -> Backend:
     """The embedded cluster (allocator/backends/local.py): `options.agents`, else the agents
-    of `options.cluster_file`, with each executor's files under the state dir's agents/."""
+    of `options.cluster_file`, with each executor's files under the state dir's agents/,
+    in `options.sandbox` (the state dir always hidden from executors)."""
     agents = options.agents or load_cluster_file(options.cluster_file)
+    sandbox = replace(options.sandbox, state_dir=Path(options.state_dir))
     return LocalCluster(
-        agents, Path(options.state_dir) / "agents", env_policy=options.limits.executor_env
-    )
+        agents, Path(options.state_dir) / "agents", env_policy=options.limits.executor_env,
+        sandbox=sandbox,
+    )  # fmt: skip
 
 
 class BrokerService:

@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from allocator.backends.sandbox import SandboxConfig
 from allocator.broker.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from allocator.engine_config import (
     EngineConfig,
@@ -57,6 +58,7 @@ _LIST_KEYS = (
     "roles",
     "executor_env",
     "executor_python",
+    "sandbox_hide",
     "limits",
     *_ENGINE_MAPPINGS,
     *_ENGINE_LISTS,
@@ -118,6 +120,11 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
     # what tenants may put in their executors' environment (docs/security.md)
     executor_env: tuple[str, ...] = ()
     executor_python: tuple[str, ...] = ()
+    # the embedded cluster's executor sandbox (docs/security.md, "The executor sandbox"; on
+    # Mesos the agent's containerizer is the sandbox and these are not used)
+    sandbox: Literal["auto", "bwrap", "user", "none"] = "auto"
+    sandbox_user: str = Field("nobody", min_length=1)  # executors' user when serve runs as root
+    sandbox_hide: tuple[Path, ...] = ()  # more paths executors must not see (bwrap)
     limits: tuple[str, ...] = ()  # NAME=VALUE changes to allocator.broker.limits.Limits
     # None: the backend's safe default (local: stop the executors; mesos: fail over)
     teardown_on_exit: bool | None = None
@@ -203,6 +210,14 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
     @property
     def effective_webui_url(self) -> str:
         return self.webui_url or f"http://{self.advertised_host}:{self.port}/v1/GetAllocation"
+
+    def sandbox_config(self) -> SandboxConfig:
+        """The executor sandbox: the token and secret files hidden too."""
+        secrets = tuple(p for p in (self.token_file, self.secret_file) if p is not None)
+        return SandboxConfig(
+            mode=self.sandbox, user=self.sandbox_user, state_dir=self.state_dir,
+            hide=(*secrets, *self.sandbox_hide),
+        )  # fmt: skip
 
     @property
     def task_user(self) -> str:
