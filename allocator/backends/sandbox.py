@@ -3,14 +3,15 @@
 A tenant's executor runs the tenant's code, so on the embedded cluster it must not reach the
 broker that runs beside it. Three kinds, the strongest available chosen by `auto`:
 
-- `bwrap`: Debian's bubblewrap puts the executor in its own PID, IPC, UTS (and, where the
-  kernel allows, cgroup) namespaces, under a read-only view of the file system in which the
-  broker's state directory (its database and every executor's working directory) is an empty
-  tmpfs, its own working directory is the one writable place and /tmp is private. The broker
-  and other tenants' executors are not in its PID namespace, so it cannot see or signal them.
-  The network namespace is shared: executors reach their driver on 127.0.0.1. When the broker
-  runs as root, bubblewrap itself runs as the unprivileged sandbox user (so nothing inside
-  holds a capability over the host).
+- `bwrap`: Debian's bubblewrap puts the executor in its own PID, IPC and UTS namespaces
+  (not a cgroup namespace: Java 17 fails to read its cgroup v1 limits inside one), under a
+  read-only view of the file system in which the broker's state directory (its database and
+  every executor's working directory) is an empty read-only tmpfs, its own working directory
+  is the one writable place and /tmp is private. The broker and other tenants' executors are
+  not in its PID namespace, so it cannot see or signal them. The network namespace is
+  shared: executors reach their driver on 127.0.0.1. When the broker runs as root,
+  bubblewrap itself runs as the unprivileged sandbox user (so nothing inside holds a
+  capability over the host).
 - `user` (root only): the executor runs as the unprivileged sandbox user in a working
   directory it owns (mode 0700); the state directory and its files are not readable by it.
   Executors of different tenants share that user, so they can signal each other and read
@@ -143,7 +144,6 @@ class Sandbox:
         out = [
             self.bwrap_path,
             "--unshare-user-try", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try",
             "--ro-bind", "/", "/",
             "--dev", "/dev",
             "--proc", "/proc",
@@ -198,7 +198,7 @@ def probe_bwrap(path: str | None, options: dict[str, Any]) -> str | None:
         return "bwrap is not installed (Debian package bubblewrap; make system-deps)"
     argv = [
         path, "--unshare-user-try", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-        "--unshare-cgroup-try", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+        "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
         "--", "true",
     ]  # fmt: skip
     try:
