@@ -244,6 +244,15 @@ def test_explicit_modes_that_cannot_work_here_are_refused() -> None:
         resolve_sandbox(SandboxConfig(mode="bwrap", bwrap="no-such-bwrap"))
 
 
+@pytest.mark.skipif(not ROOT, reason="only a broker run as root changes the executors' user")
+def test_a_spark_home_the_sandbox_user_cannot_reach_is_refused_at_start(base: Path) -> None:
+    private = base / "private"
+    home = hostile_spark(private)
+    private.chmod(0o700)
+    with pytest.raises(SandboxError, match=f"{private} is not traversable by the sandbox user"):
+        LocalCluster(AGENTS, base / "state" / "agents", home, sandbox=SandboxConfig(mode="user"))
+
+
 def test_none_warns_loudly(caplog: pytest.LogCaptureFixture) -> None:
     resolve_sandbox(SandboxConfig(mode="none", state_dir=Path("/srv/state")))
     assert "SANDBOX OFF" in caplog.text and "/srv/state" in caplog.text

@@ -133,6 +133,7 @@ class LocalCluster:
         if not isinstance(sandbox, Sandbox):
             sandbox = resolve_sandbox(sandbox or SandboxConfig())
         self.sandbox = sandbox
+        self.sandbox.check_reachable(self.home / "bin" / "spark-class", f"Spark ({self.home})")
 
     # ---- Backend -----------------------------------------------------------------------
     def start(self, events: BackendEvents) -> None:

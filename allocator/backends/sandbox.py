@@ -113,7 +113,12 @@ class Sandbox:
         for path in (directory, directory / "tmp"):
             os.chown(path, self.uid, self.gid if self.gid is not None else -1)
             path.chmod(0o700)
-        _check_reachable(directory, self.uid, self.gid)
+        _check_reachable(directory, self.uid, self.gid, "the state directory")
+
+    def check_reachable(self, path: Path, what: str) -> None:
+        """SandboxError unless the sandbox user may pass every directory above `path`."""
+        if self.uid is not None:
+            _check_reachable(path, self.uid, self.gid, what)
 
     def own(self, path: Path) -> None:
         if self.uid is not None:
@@ -179,7 +184,7 @@ def _current_user() -> str:
         return f"uid {os.geteuid()}"
 
 
-def _check_reachable(directory: Path, uid: int, gid: int | None) -> None:
+def _check_reachable(directory: Path, uid: int, gid: int | None, what: str) -> None:
     """Every ancestor of `directory` must let the sandbox user pass (o+x, or its owner)."""
     for parent in directory.resolve().parents:
         st = parent.stat()
@@ -188,7 +193,7 @@ def _check_reachable(directory: Path, uid: int, gid: int | None) -> None:
         if not ok:
             raise SandboxError(
                 f"sandbox: {parent} is not traversable by the sandbox user (uid {uid}); put "
-                "the state directory where every parent directory has o+x"
+                f"{what} where every parent directory has o+x"
             )
 
 
