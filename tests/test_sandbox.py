@@ -7,6 +7,7 @@ unprivileged user."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -353,3 +354,52 @@ def _marked_leader(tenant: str, state: Path) -> int | None:
         except OSError:
             continue
     return None
+
+
+@pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap (bwrap) is not installed: make system-deps")
+def test_a_restarted_cluster_adopts_sandboxed_executors_and_stops_the_rest(base: Path) -> None:
+    """Broker restart: the executor marker is found on bubblewrap's process (the group
+    leader), a new LocalCluster adopts A's executor (its SIGTERM then reaches the stand-in
+    inside) and reconcile SIGKILLs B's, which nobody adopted: bubblewrap and the process
+    inside are gone."""
+    from allocator.backends.base import LaunchSpec
+
+    home = base / "spark"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "spark-class").write_text(
+        "#!/bin/bash\ntrap 'echo got-term > term; exit 0' TERM\n"
+        "echo 'Successfully registered with driver' >&2\nsleep 300 & wait\n"
+    )
+    (home / "bin" / "spark-class").chmod(0o755)
+    home.chmod(0o755)
+    state = base / "state"
+    sandbox = SandboxConfig(mode="bwrap", state_dir=state)
+
+    def spec(tenant: str) -> LaunchSpec:
+        return LaunchSpec(
+            tenant, "1", "a1", DEMAND, "spark://CoarseGrainedScheduler@127.0.0.1:4002",
+            f"app-{tenant}", 1, 128,
+        )  # fmt: skip
+
+    first = LocalCluster(AGENTS, state / "agents", home, sandbox=sandbox)
+    handles = {t: first.launch(spec(t)) for t in ("A", "B")}  # not started: no monitor
+    inner = {t: inner_pid(int(handles[t])) for t in handles}
+    second = LocalCluster(AGENTS, state / "agents", home, sandbox=sandbox)
+    try:
+        assert second.adopt(spec("A"), handles["A"])
+        second.reconcile({("A", "1")}, [])
+        wait_for(lambda: not Path(f"/proc/{inner['B']}").exists(), 10, "B's stand-in killed")
+        for pid in (int(handles["B"]), inner["B"]):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # the first cluster's child: reap it
+        assert Path(f"/proc/{inner['A']}").exists()
+        second.kill("A", "1")
+        term = executor_dir(state / "agents", "A") / "term"
+        wait_for(term.exists, 10, "A's TERM trap, through the adopted bubblewrap")
+    finally:
+        for handle in handles.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(handle), signal.SIGKILL)
+        for handle in handles.values():
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(int(handle), 0)
