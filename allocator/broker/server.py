@@ -19,6 +19,7 @@ from allocator.broker.limits import Limits
 from allocator.broker.metrics import BrokerMetrics, MetricsServer
 from allocator.broker.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from allocator.broker.store import Store
+from allocator.broker.tls import TlsFiles
 from allocator.engine_config import EngineConfig
 from allocator.scenarios.cluster_file import DEFAULT_CLUSTER, load_cluster_file
 
@@ -48,6 +49,7 @@ class BrokerOptions:
     # the embedded cluster's executor sandbox (serve's default is auto; here none, so tests
     # and library users that start executors from private temporary directories still can)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    tls: TlsFiles | None = None  # HTTPS and gRPC over TLS for the tenant API and /metrics
 
 
 def local_backend(options: BrokerOptions) -> Backend:
@@ -86,17 +88,20 @@ class BrokerService:
             self.metrics = BrokerMetrics.of_broker(self.broker)
         address = options.host
         try:
+            if options.tls is not None:
+                options.tls.check()
             self.http = TenantHttpServer(
                 self.broker, (address, options.http_port), options.token, self._observe,
-                options.http_limits,
+                options.http_limits, options.tls,
             )  # fmt: skip
         except Exception:
             store.close()
             raise
         try:
             self.grpc = TenantGrpcServer(
-                self.broker, (address, options.grpc_port), options.token, self._observe
-            )
+                self.broker, (address, options.grpc_port), options.token, self._observe,
+                options.tls,
+            )  # fmt: skip
         except Exception:
             self.http.server_close()
             store.close()
@@ -128,6 +133,7 @@ class BrokerService:
                 self.metrics_server = MetricsServer(
                     self.metrics.registry, self.options.host, self.options.metrics_port,
                     self.options.token if self.options.metrics_token else None,
+                    self.options.tls,
                 )  # fmt: skip
             except OSError as error:
                 self.http.server_close()

@@ -107,6 +107,15 @@ def serve_options(func):
             "preferred way to give it.",
         ),
         click.option(
+            "--tls-cert", type=click.Path(dir_okay=False), default=None,
+            help="Serve the tenant API (HTTP and gRPC) and /metrics over TLS with this PEM "
+            "certificate (chain); with --tls-key.",
+        ),
+        click.option(
+            "--tls-key", type=click.Path(dir_okay=False), default=None,
+            help="The PEM private key of --tls-cert (hidden from executors).",
+        ),
+        click.option(
             "--token", default=None,
             help=f"The token itself (discouraged: any local user sees it in the process "
             f"list; use --token-file or the environment variable {TOKEN_ENV}).",

@@ -30,6 +30,7 @@ def broker_options(config: ServeConfig) -> BrokerOptions:
         metrics_port=config.metrics_port if config.metrics else None,
         metrics_token=config.metrics_token,
         sandbox=config.sandbox_config(),
+        tls=config.tls_files(),
     )
     if config.cluster is not None:
         options.cluster_file = config.cluster
@@ -106,12 +107,13 @@ def run(config: ServeConfig) -> None:
         service.start()
     except OSError as error:
         raise _bind_failure(error, options.host, ports) from None
-    metrics = f"http://{service.metrics_address}/metrics" if service.metrics_address else "off"
+    scheme = "https" if options.tls is not None else "http"
+    metrics = f"{scheme}://{service.metrics_address}/metrics" if service.metrics_address else "off"
     sandbox = getattr(backend, "sandbox", None)
     if sandbox is not None:
         click.echo(f"fairbroker: executor sandbox: {sandbox.describe()}", err=True)
     click.echo(
-        f"fairbroker: serving on http://{service.http_address} (Spark master "
+        f"fairbroker: serving on {scheme}://{service.http_address} (Spark master "
         f"sparkbroker://{service.http_address}), gRPC {service.grpc_address}, metrics "
         f"{metrics}; pid {os.getpid()}",
         err=True,

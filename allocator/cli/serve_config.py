@@ -34,6 +34,7 @@ from pydantic import (
 
 from allocator.backends.sandbox import SandboxConfig
 from allocator.broker.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
+from allocator.broker.tls import TlsFiles
 from allocator.engine_config import (
     EngineConfig,
     default_of,
@@ -47,7 +48,7 @@ from allocator.scenarios.files import read_yaml
 ENV_PREFIX = "FAIRBROKER_"
 CONFIG_ENV = "FAIRBROKER_CONFIG"
 MASK = "********"
-_PATH_KEYS = ("state_dir", "cluster", "token_file", "secret_file")
+_PATH_KEYS = ("state_dir", "cluster", "token_file", "secret_file", "tls_cert", "tls_key")
 #: Flags not spelt --<key with dashes> (serve's own, and the engine's from EngineConfig).
 _FLAGS = {"roles": "--role", "limits": "--limit"} | {
     f.name: setting_of(f).flag for f in fields(EngineConfig) if setting_of(f).flag
@@ -115,6 +116,9 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
     cluster: Path | None = None  # local backend: the embedded cluster's agents
     token: SecretStr | None = None
     token_file: Path | None = None
+    # TLS on the tenant API (HTTP and gRPC) and /metrics: PEM certificate (chain) and key
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
     lease: float = Field(30.0, ge=1, allow_inf_nan=False)
     log_level: Literal["debug", "info", "warning"] = "info"
     # what tenants may put in their executors' environment (docs/security.md)
@@ -179,6 +183,8 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
                 raise ValueError(f"{given[0]}: only with backend mesos")
         if (self.principal is None) != (self.secret_file is None):
             raise ValueError("principal: principal and secret_file go together")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert: tls_cert and tls_key go together")
         if self.token is not None and self.token_file is not None:
             raise ValueError("token: give token or token_file, not both")
         if self.metrics_token and self.token is None and self.token_file is None:
@@ -213,7 +219,9 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
 
     def sandbox_config(self) -> SandboxConfig:
         """The executor sandbox: the token and secret files hidden too."""
-        secrets = tuple(p for p in (self.token_file, self.secret_file) if p is not None)
+        secrets = tuple(
+            p for p in (self.token_file, self.secret_file, self.tls_key) if p is not None
+        )
         return SandboxConfig(
             mode=self.sandbox, user=self.sandbox_user, state_dir=self.state_dir,
             hide=(*secrets, *self.sandbox_hide),
@@ -222,6 +230,11 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
     @property
     def task_user(self) -> str:
         return self.user or getpass.getuser()
+
+    def tls_files(self) -> TlsFiles | None:
+        if self.tls_cert is None or self.tls_key is None:
+            return None
+        return TlsFiles(self.tls_cert, self.tls_key)
 
     def read_token(self) -> str | None:
         if self.token_file is not None:
