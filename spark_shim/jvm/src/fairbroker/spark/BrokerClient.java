@@ -3,12 +3,21 @@ package fairbroker.spark;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
+import java.io.InputStream;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.security.GeneralSecurityException;
+import java.security.KeyStore;
+import java.security.cert.Certificate;
+import java.security.cert.CertificateFactory;
 import java.time.Duration;
 import java.util.Map;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.TrustManagerFactory;
 
 /** The broker's tenant API: POST /v1/<Method> with protobuf-JSON bodies. */
 final class BrokerClient {
@@ -50,19 +59,55 @@ final class BrokerClient {
   private final String token;
   private final HttpClient http;
 
-  BrokerClient(String baseUrl, String token) {
+  /**
+   * {@code caFile}: null for plain HTTP; else a PEM file of the CA certificates to trust, and
+   * {@code baseUrl} an https:// URL (the broker serves TLS with tls_cert and tls_key).
+   */
+  BrokerClient(String baseUrl, String token, String caFile) {
     this.baseUrl = baseUrl;
     this.token = token;
     // HTTP/1.1: the default HTTP/2 upgrade attempt confuses some plain HTTP servers.
-    this.http =
+    HttpClient.Builder builder =
         HttpClient.newBuilder()
             .version(HttpClient.Version.HTTP_1_1)
-            .connectTimeout(Duration.ofSeconds(3))
-            .build();
+            .connectTimeout(Duration.ofSeconds(3));
+    if (caFile != null) {
+      builder.sslContext(trusting(caFile));
+    }
+    this.http = builder.build();
+  }
+
+  /** A TLS context that trusts the certificates in {@code caFile} and nothing else. */
+  static SSLContext trusting(String caFile) {
+    try (InputStream in = Files.newInputStream(Path.of(caFile))) {
+      KeyStore store = KeyStore.getInstance(KeyStore.getDefaultType());
+      store.load(null, null);
+      int count = 0;
+      for (Certificate cert : CertificateFactory.getInstance("X.509").generateCertificates(in)) {
+        store.setCertificateEntry("ca-" + count++, cert);
+      }
+      if (count == 0) {
+        throw new GeneralSecurityException("no certificate in it");
+      }
+      TrustManagerFactory trust =
+          TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
+      trust.init(store);
+      SSLContext context = SSLContext.getInstance("TLS");
+      context.init(null, trust.getTrustManagers(), null);
+      return context;
+    } catch (IOException | GeneralSecurityException e) {
+      throw new IllegalArgumentException(
+          "fairbroker: cannot use spark.fairbroker.caFile " + caFile + ": " + e.getMessage(), e);
+    }
   }
 
   /** {@code sparkbroker://HOST:PORT} to {@code http://HOST:PORT}. */
   static String baseUrl(String masterUrl) {
+    return baseUrl(masterUrl, false);
+  }
+
+  /** {@code sparkbroker://HOST:PORT} to {@code http(s)://HOST:PORT}. */
+  static String baseUrl(String masterUrl, boolean tls) {
     String rest = masterUrl.substring(BrokerClusterManager.SCHEME.length());
     while (rest.endsWith("/")) {
       rest = rest.substring(0, rest.length() - 1);
@@ -78,7 +123,7 @@ final class BrokerClient {
       throw new IllegalArgumentException(
           "fairbroker: master URL must be sparkbroker://HOST:PORT, got " + masterUrl);
     }
-    return "http://" + rest;
+    return (tls ? "https://" : "http://") + rest;
   }
 
   Reply post(String method, Map<String, ?> body, Duration timeout)
