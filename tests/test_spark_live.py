@@ -342,17 +342,23 @@ def _python_for(uid: int, base: Path) -> str:
 def test_the_spark_plugin_reaches_a_tls_broker_trusting_its_ca(tmp_path: Path) -> None:
     """Issue 25: the broker serves its tenant API over TLS only (a CA and a 127.0.0.1
     certificate made here); a real Pi job whose driver has spark.fairbroker.caFile set
-    registers over HTTPS, gets its executors and finishes. (That the plugin refuses a
-    certificate from another CA is not tested with a real driver.)"""
+    registers over HTTPS, gets its executors and finishes. A driver that trusts another CA
+    started beside it never registers: its TLS handshake fails (the plugin logs the broker
+    unreachable and retries, as for any connection error) and the broker sees one tenant."""
     from support.pki import make_ca, make_server_cert
 
     ca, ca_key, ca_name = make_ca(tmp_path, "test-ca")
+    other, _, _ = make_ca(tmp_path, "other-ca")
     tls = make_server_cert(tmp_path, ca_key, ca_name)
     options = BrokerOptions(
         engine=engine_from({}, scheduler="drf", interval=0.5), http_port=0, grpc_port=0,
         state_dir=tmp_path / "broker", agents=TWO_AGENTS, tls=tls,
     )  # fmt: skip
     with BrokerService(options) as service:
+        stranger = Driver(
+            service.http_address, [str(HOSTS_JOB), "1", "2", "0.1"], workdir=tmp_path,
+            name="other-ca", conf={**PI_CONF, "spark.fairbroker.caFile": str(other)},
+        )  # fmt: skip
         driver = Driver(
             service.http_address, [str(HOSTS_JOB), "2", "8", "0.2"], workdir=tmp_path,
             name="tls", conf={**PI_CONF, "spark.fairbroker.caFile": str(ca)},
@@ -360,4 +366,10 @@ def test_the_spark_plugin_reaches_a_tls_broker_trusting_its_ca(tmp_path: Path) -
         code, result = driver.wait()
         assert code == 0, driver.output()[-5000:]
         assert result["sum"] == sum(range(8))
+        try:
+            wait_for(lambda: "SSLHandshakeException" in stranger.output(), 120, "handshake")
+            assert "unreachable" in stranger.output() and stranger.process.poll() is None
+            assert len(service.broker.allocation().tenants) <= 1  # only the trusting one
+        finally:
+            stranger.kill()
     assert executor_processes(str(tmp_path)) == []
