@@ -179,8 +179,11 @@ def _serve(port: int, grpc_port: int, state: Path, log: Path) -> subprocess.Pope
     fairbroker = Path(sys.executable).with_name("fairbroker")
     with open(log, "ab") as out:
         return subprocess.Popen(
+            # no sandbox: pytest's tmp (the state dir) and this machine's Python (under
+            # root's home) are closed to the sandbox user; the sandbox has its own tests
             [str(fairbroker), "serve", "--scheduler", "drf", "--port", str(port),
-             "--grpc-port", str(grpc_port), "--metrics-port", "0", "--state-dir", str(state)],
+             "--grpc-port", str(grpc_port), "--metrics-port", "0", "--state-dir", str(state),
+             "--sandbox", "none"],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
 

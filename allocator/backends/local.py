@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from allocator.backends.base import (
     TaskStatus,
 )
 from allocator.backends.executor import ExecutorEnvPolicy, executor_launch
-from allocator.backends.sandbox import Sandbox, SandboxConfig, resolve_sandbox
+from allocator.backends.sandbox import Sandbox, SandboxConfig, SandboxError, resolve_sandbox
 from allocator.errors import FairbrokerError
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,10 @@ class LocalCluster:
             sandbox = resolve_sandbox(sandbox or SandboxConfig())
         self.sandbox = sandbox
         self.sandbox.check_reachable(self.home / "bin" / "spark-class", f"Spark ({self.home})")
+        try:  # the default PYSPARK_PYTHON: a tenant's Python tasks would fail at their start
+            self.sandbox.check_reachable(Path(sys.executable), "the executors' Python")
+        except SandboxError as error:
+            log.warning("%s (PySpark tasks will fail; docs/security.md)", error)
 
     # ---- Backend -----------------------------------------------------------------------
     def start(self, events: BackendEvents) -> None:
