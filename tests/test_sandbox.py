@@ -254,9 +254,17 @@ def test_a_spark_home_the_sandbox_user_cannot_reach_is_refused_at_start(base: Pa
         LocalCluster(AGENTS, base / "state" / "agents", home, sandbox=SandboxConfig(mode="user"))
 
 
-def test_none_warns_loudly(caplog: pytest.LogCaptureFixture) -> None:
-    resolve_sandbox(SandboxConfig(mode="none", state_dir=Path("/srv/state")))
-    assert "SANDBOX OFF" in caplog.text and "/srv/state" in caplog.text
+def test_none_warns_loudly_when_the_cluster_starts(
+    base: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sandbox = SandboxConfig(mode="none", state_dir=base / "state")
+    cluster = LocalCluster(AGENTS, base / "state" / "agents", hostile_spark(base), sandbox=sandbox)
+    assert "SANDBOX OFF" not in caplog.text  # a start refused later stays one line
+    cluster.start(None)  # type: ignore[arg-type]
+    try:
+        assert "SANDBOX OFF" in caplog.text and str(base / "state") in caplog.text
+    finally:
+        cluster.stop()
 
 
 # ---- the broker as an unprivileged user: `fairbroker serve` under setpriv -----------------

@@ -135,10 +135,6 @@ class LocalCluster:
             sandbox = resolve_sandbox(sandbox or SandboxConfig())
         self.sandbox = sandbox
         self.sandbox.check_reachable(self.home / "bin" / "spark-class", f"Spark ({self.home})")
-        try:  # the default PYSPARK_PYTHON: a tenant's Python tasks would fail at their start
-            self.sandbox.check_reachable(Path(sys.executable), "the executors' Python")
-        except SandboxError as error:
-            log.warning("%s (PySpark tasks will fail; docs/security.md)", error)
 
     # ---- Backend -----------------------------------------------------------------------
     def start(self, events: BackendEvents) -> None:
@@ -146,6 +142,12 @@ class LocalCluster:
         for agent in self._agents:
             (self.workdir / agent.name).mkdir(parents=True, exist_ok=True)
         self.sandbox.protect_state()
+        for note in self.sandbox.notes:
+            log.warning("%s", note)
+        try:  # the default PYSPARK_PYTHON: a tenant's Python tasks would fail at their start
+            self.sandbox.check_reachable(Path(sys.executable), "the executors' Python")
+        except SandboxError as error:
+            log.warning("%s (PySpark tasks will fail; docs/security.md)", error)
         self._monitor = threading.Thread(target=self._watch, name="local-cluster", daemon=True)
         self._monitor.start()
 

@@ -76,6 +76,9 @@ class Sandbox:
     gid: int | None = None
     user_name: str | None = None
     bwrap_path: str | None = None
+    # warnings for the log once the broker starts (not at construction, so that a start
+    # refused for another reason stays one line)
+    notes: tuple[str, ...] = ()
 
     @property
     def wraps(self) -> bool:
@@ -244,6 +247,7 @@ def resolve_sandbox(config: SandboxConfig) -> Sandbox:
             "user); use bwrap"
         )
     options = {"user": uid, "group": gid, "extra_groups": []} if root else {}
+    notes: tuple[str, ...] = ()
     if config.mode in ("auto", "bwrap"):
         found = shutil.which(config.bwrap)
         why = probe_bwrap(found, options)
@@ -251,12 +255,12 @@ def resolve_sandbox(config: SandboxConfig) -> Sandbox:
             return Sandbox("bwrap", config, uid, gid, name, found)
         if config.mode == "bwrap":
             raise SandboxError(f"sandbox: {why}")
-        log.warning("sandbox: %s", why)
+        notes = (f"sandbox: {why}",)
     if root:
-        return Sandbox("user", config, uid, gid, name)
-    return _none(config)
+        return Sandbox("user", config, uid, gid, name, notes=notes)
+    return _none(config, notes)
 
 
-def _none(config: SandboxConfig) -> Sandbox:
-    log.warning(NONE_WARNING.format(user=_current_user(), state=config.state_dir))
-    return Sandbox("none", config)
+def _none(config: SandboxConfig, notes: tuple[str, ...] = ()) -> Sandbox:
+    warning = NONE_WARNING.format(user=_current_user(), state=config.state_dir)
+    return Sandbox("none", config, notes=(*notes, warning))
