@@ -30,12 +30,14 @@ run: install
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # ... and Debian's docker-compose 1.29, which validates docker/compose.yaml without an engine,
 # and amtool (prometheus-alertmanager), which checks deploy/alertmanager.yml.
+# ... and bubblewrap, the executor sandbox of the embedded cluster (docs/security.md).
 system-deps:
 	missing=""; \
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
 	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
 	command -v amtool >/dev/null || missing="$$missing prometheus-alertmanager"; \
 	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
+	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	[ -z "$$missing" ] || ($(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		$(SUDO) apt-get install -y -qq --no-install-recommends $$missing)
 

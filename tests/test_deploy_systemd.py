@@ -48,6 +48,9 @@ def test_the_unit_runs_serve_as_a_dedicated_user_with_failover_and_hardening() -
         "CapabilityBoundingSet": "",
     }.items():  # fmt: skip
         assert one[key] == value, key
+    # the executor sandbox (bubblewrap) needs these namespaces and mount(2), nothing more
+    assert one["RestrictNamespaces"].split() == ["user", "mnt", "pid", "ipc", "uts"]
+    assert one["SystemCallFilter"].split() == ["@system-service", "@mount"]
     env = dict(v.split("=", 1) for v in service["Environment"])
     assert env == {
         "FAIRBROKER_CONFIG": "/etc/fairbroker/fairbroker.yaml",

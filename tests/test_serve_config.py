@@ -77,6 +77,8 @@ def test_every_option_has_an_environment_variable() -> None:
         "reclaim_after": "0", "reclaim_grace": "3", "reclaim_min_runtime": "1",
         "reclaim_per_run": "2", "reclaim_per_minute": "9", "protected_groups": "prod, etl",
         "ha": None,
+        "sandbox": "bwrap", "sandbox_user": "fbexec", "sandbox_hide": "/srv/a, /srv/b",
+        "tls_cert": "/srv/tls.crt", "tls_key": "/srv/tls.key",
     }  # fmt: skip
     assert set(samples) == set(ServeConfig.model_fields)
     env = {f"FAIRBROKER_{k.upper()}": v for k, v in samples.items() if v is not None}
@@ -87,6 +89,8 @@ def test_every_option_has_an_environment_variable() -> None:
         assert sources[key] == f"FAIRBROKER_{key.upper()}"
         assert getattr(config, key) != ServeConfig.model_fields[key].default, key
     assert config.roles == ("a", "b") and config.port == 1 and config.metrics is False
+    hidden = config.sandbox_config().hide  # the secret file is hidden from executors too
+    assert hidden == (Path("/srv/secret"), Path("/srv/tls.key"), Path("/srv/a"), Path("/srv/b"))
     engine = config.engine_config()  # FUGA's K and lambda reach the engine's configuration
     assert (engine.fuga_k, engine.fuga_lambda) == (4, 0.5)
     assert engine.protected_groups == ("etl", "prod") and engine.reclaim_after == 0

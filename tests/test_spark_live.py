@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
+import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import threading
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +23,8 @@ from support.polling import free_port, wait_for
 from support.spark import HOSTS_JOB, Driver, executor_processes
 
 from allocator.backends.base import AgentInfo
+from allocator.backends.executor import ExecutorEnvPolicy
+from allocator.backends.sandbox import SandboxConfig
 from allocator.broker.client import BrokerClient
 from allocator.broker.server import BrokerOptions, BrokerService
 
@@ -171,8 +179,11 @@ def _serve(port: int, grpc_port: int, state: Path, log: Path) -> subprocess.Pope
     fairbroker = Path(sys.executable).with_name("fairbroker")
     with open(log, "ab") as out:
         return subprocess.Popen(
+            # no sandbox: pytest's tmp (the state dir) and this machine's Python (under
+            # root's home) are closed to the sandbox user; the sandbox has its own tests
             [str(fairbroker), "serve", "--scheduler", "drf", "--port", str(port),
-             "--grpc-port", str(grpc_port), "--metrics-port", "0", "--state-dir", str(state)],
+             "--grpc-port", str(grpc_port), "--metrics-port", "0", "--state-dir", str(state),
+             "--sandbox", "none"],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
 
@@ -253,4 +264,115 @@ def test_session_built_in_python_runs_through_the_broker(tmp_path: Path) -> None
         assert done.returncode == 0, done.stderr[-3000:]
         assert 'RESULT {"sum": 4950}' in done.stdout
         assert {(g, e) for g, e, _ in placed} == {("python", "1")}
+    assert executor_processes(str(tmp_path)) == []
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_a_real_job_runs_in_the_executor_sandbox() -> None:
+    """Issue 25: with the sandbox serve uses by default (auto: bubblewrap here, as nobody when
+    the tests run as root) a real Pi job's executors start, register with their driver over
+    loopback, run Python tasks and finish; each executor is bubblewrap's, its JVM runs as the
+    sandbox user, and none is left after the broker stops. (The state directory is outside
+    pytest's private tmp, which the sandbox user could not pass through.)"""
+    # not under /tmp, which is private inside the sandbox (the interpreter lives under base)
+    base = Path(tempfile.mkdtemp(prefix="fairbroker-sandbox-spark-", dir="/var/tmp"))
+    base.chmod(0o755)
+    uid = pwd.getpwnam("nobody").pw_uid if os.geteuid() == 0 else os.geteuid()
+    python = _python_for(uid, base)
+    try:
+        options = BrokerOptions(
+            engine=engine_from({}, scheduler="drf", interval=0.5), http_port=0, grpc_port=0,
+            state_dir=base / "broker", agents=TWO_AGENTS, sandbox=SandboxConfig(mode="auto"),
+        )  # fmt: skip
+        options.limits = replace(
+            options.limits, executor_env=ExecutorEnvPolicy.of_operator([], [python])
+        )
+        with BrokerService(options) as service:
+            assert service.broker.backend.sandbox.kind == "bwrap"
+            driver = Driver(
+                service.http_address, [str(HOSTS_JOB), "2", "8", "0.2"], workdir=base,
+                name="sandboxed", conf={
+                    **PI_CONF, "spark.pyspark.python": python,
+                    "spark.pyspark.driver.python": sys.executable,
+                },
+            )  # fmt: skip
+            jvms = executor_processes(str(base), jvms_only=True)
+            while not jvms and driver.process.poll() is None:
+                time.sleep(0.2)  # bounded by the driver's own timeout
+                jvms = executor_processes(str(base), jvms_only=True)
+            assert jvms, _executor_logs(base / "broker")
+            owners = {Path(f"/proc/{pid}").stat().st_uid for pid in jvms}
+            leaders = service.broker.backend.pids().values()
+            firsts = {Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0] for p in leaders}
+            code, result = driver.wait()
+            assert code == 0, driver.output() + _executor_logs(base / "broker")
+            assert result["sum"] == sum(range(8))
+            assert owners == {uid}
+            assert {Path(f.decode()).name for f in firsts} == {"bwrap"}
+        assert executor_processes(str(base)) == []
+    finally:
+        for pid in executor_processes(str(base)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _executor_logs(state: Path) -> str:
+    """The end of every executor's stderr under `state`, for a failure's message."""
+    return "".join(
+        f"\n--- {path}\n{path.read_text(errors='replace')[-2000:]}"
+        for path in sorted(state.rglob("executor-*/stderr"))
+    )
+
+
+def _python_for(uid: int, base: Path) -> str:
+    """An interpreter the sandbox user may run with this checkout's pyspark: this one when
+    it can reach it, else (this machine's Python lives in root's 0700 home) a venv of the
+    system Python under `base` whose .pth file points at this venv's site-packages (same
+    Python minor version)."""
+    check = [sys.executable, "-c", "import pyspark"]
+    with contextlib.suppress(PermissionError):
+        if subprocess.run(check, user=uid, capture_output=True, check=False).returncode == 0:
+            return sys.executable
+    venv = base / "python"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    minor = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site = Path(sysconfig.get_paths()["purelib"])
+    (venv / "lib" / minor / "site-packages" / "checkout.pth").write_text(f"{site}\n")
+    return str(venv / "bin" / "python")
+
+
+def test_the_spark_plugin_reaches_a_tls_broker_trusting_its_ca(tmp_path: Path) -> None:
+    """Issue 25: the broker serves its tenant API over TLS only (a CA and a 127.0.0.1
+    certificate made here); a real Pi job whose driver has spark.fairbroker.caFile set
+    registers over HTTPS, gets its executors and finishes. A driver that trusts another CA
+    started beside it never registers: its TLS handshake fails (the plugin logs the broker
+    unreachable and retries, as for any connection error) and the broker sees one tenant."""
+    from support.pki import make_ca, make_server_cert
+
+    ca, ca_key, ca_name = make_ca(tmp_path, "test-ca")
+    other, _, _ = make_ca(tmp_path, "other-ca")
+    tls = make_server_cert(tmp_path, ca_key, ca_name)
+    options = BrokerOptions(
+        engine=engine_from({}, scheduler="drf", interval=0.5), http_port=0, grpc_port=0,
+        state_dir=tmp_path / "broker", agents=TWO_AGENTS, tls=tls,
+    )  # fmt: skip
+    with BrokerService(options) as service:
+        stranger = Driver(
+            service.http_address, [str(HOSTS_JOB), "1", "2", "0.1"], workdir=tmp_path,
+            name="other-ca", conf={**PI_CONF, "spark.fairbroker.caFile": str(other)},
+        )  # fmt: skip
+        driver = Driver(
+            service.http_address, [str(HOSTS_JOB), "2", "8", "0.2"], workdir=tmp_path,
+            name="tls", conf={**PI_CONF, "spark.fairbroker.caFile": str(ca)},
+        )  # fmt: skip
+        code, result = driver.wait()
+        assert code == 0, driver.output()[-5000:]
+        assert result["sum"] == sum(range(8))
+        try:
+            wait_for(lambda: "SSLHandshakeException" in stranger.output(), 120, "handshake")
+            assert "unreachable" in stranger.output() and stranger.process.poll() is None
+            assert len(service.broker.allocation().tenants) <= 1  # only the trusting one
+        finally:
+            stranger.kill()
     assert executor_processes(str(tmp_path)) == []

@@ -4,7 +4,8 @@ Each agent is a name, a loopback address used as the executors' hostname, a work
 directory and a capacity that exists only in the broker's accounting. A launch starts a real
 Spark executor (`CoarseGrainedExecutorBackend` via `spark-class`) as a subprocess in its own
 process group; its heap (-Xmx) is the launch's heap, never more than its accounted memory.
-An executor counts as RUNNING once its log says it registered with its driver.
+An executor counts as RUNNING once its log says it registered with its driver. Executors run
+in the sandbox of `allocator/backends/sandbox.py` (bubblewrap or an unprivileged user).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,6 +29,7 @@ from allocator.backends.base import (
     TaskStatus,
 )
 from allocator.backends.executor import ExecutorEnvPolicy, executor_launch
+from allocator.backends.sandbox import Sandbox, SandboxConfig, SandboxError, resolve_sandbox
 from allocator.errors import FairbrokerError
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,28 @@ class _Process:
     killing_since: float | None = None
     log_offset: int = 0
     tail: bytes = field(default=b"", repr=False)
+    wrapped: bool = False  # `pid` is bubblewrap's; the executor runs inside its namespaces
+
+
+def _is_bwrap(pid: int) -> bool:
+    try:
+        first = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
+    except OSError:
+        return False
+    return os.path.basename(first) == b"bwrap"
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Every process in process group `pgid` but its leader."""
+    out = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and int(entry.name) != pgid:
+            try:
+                if os.getpgid(int(entry.name)) == pgid:
+                    out.append(int(entry.name))
+            except OSError:
+                continue
+    return out
 
 
 def _pid_is(pid: int, spec: LaunchSpec) -> bool:
@@ -77,9 +102,7 @@ def _pid_is(pid: int, spec: LaunchSpec) -> bool:
         app = cmdline.index(b"--app-id")
     except ValueError:
         return False
-    return (
-        cmdline[at + 1].decode() == spec.executor_id and cmdline[app + 1].decode() == spec.app_id
-    )
+    return cmdline[at + 1].decode() == spec.executor_id and cmdline[app + 1].decode() == spec.app_id
 
 
 class LocalCluster:
@@ -93,6 +116,7 @@ class LocalCluster:
         workdir: Path,
         home: Path | None = None,
         env_policy: ExecutorEnvPolicy | None = None,
+        sandbox: SandboxConfig | Sandbox | None = None,
     ) -> None:
         if not agents:
             raise FairbrokerError("local cluster: no agents")
@@ -107,12 +131,23 @@ class LocalCluster:
         self._stop = threading.Event()
         self._monitor: threading.Thread | None = None
         self._found: dict[tuple[str, str], int] | None = None  # marked processes, at recovery
+        if not isinstance(sandbox, Sandbox):
+            sandbox = resolve_sandbox(sandbox or SandboxConfig())
+        self.sandbox = sandbox
+        self.sandbox.check_reachable(self.home / "bin" / "spark-class", f"Spark ({self.home})")
 
     # ---- Backend -----------------------------------------------------------------------
     def start(self, events: BackendEvents) -> None:
         self._events = events
         for agent in self._agents:
             (self.workdir / agent.name).mkdir(parents=True, exist_ok=True)
+        self.sandbox.protect_state()
+        for note in self.sandbox.notes:
+            log.warning("%s", note)
+        try:  # the default PYSPARK_PYTHON: a tenant's Python tasks would fail at their start
+            self.sandbox.check_reachable(Path(sys.executable), "the executors' Python")
+        except SandboxError as error:
+            log.warning("%s (PySpark tasks will fail; docs/security.md)", error)
         self._monitor = threading.Thread(target=self._watch, name="local-cluster", daemon=True)
         self._monitor.start()
 
@@ -128,6 +163,7 @@ class LocalCluster:
                 f"executor heap {spec.heap_mib} MiB exceeds its accounted memory {accounted} MiB"
             )
         hostname = self._hosts[spec.agent]
+        directory = self.workdir / spec.agent / spec.tenant_id / f"executor-{spec.executor_id}"
         command = executor_launch(
             spec,
             spark_class=str(self.home / "bin" / "spark-class"),
@@ -138,24 +174,28 @@ class LocalCluster:
                 "SPARK_LOCAL_IP": hostname,
                 "SPARK_HOME": str(self.home),
                 MARKER: f"{spec.tenant_id}/{spec.executor_id}/{self.workdir.resolve()}",
+                **self.sandbox.environment(directory),
             },
         )
-        directory = self.workdir / spec.agent / spec.tenant_id / f"executor-{spec.executor_id}"
         directory.mkdir(parents=True, exist_ok=True)
+        self.sandbox.prepare(directory, self.workdir)
         log_path = directory / "stderr"
         with open(directory / "stdout", "wb") as out, open(log_path, "wb") as err:
+            for path in (directory / "stdout", log_path):
+                self.sandbox.own(path)
             popen = subprocess.Popen(
-                command.argv,
+                self.sandbox.wrap(command.argv, directory, keep=[self.home]),
                 cwd=directory,
                 env=command.environment,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
                 start_new_session=True,
+                **self.sandbox.popen_options(),
             )
         with self._lock:
             self._procs[(spec.tenant_id, spec.executor_id)] = _Process(
-                spec, popen.pid, log_path, popen
+                spec, popen.pid, log_path, popen, wrapped=self.sandbox.wraps
             )
         return str(popen.pid)
 
@@ -179,7 +219,7 @@ class LocalCluster:
             return False
         directory = self.workdir / spec.agent / spec.tenant_id / f"executor-{spec.executor_id}"
         log_path = directory / "stderr"
-        proc = _Process(spec, pid, log_path, None)
+        proc = _Process(spec, pid, log_path, None, wrapped=_is_bwrap(pid))
         with self._lock:
             self._procs[(spec.tenant_id, spec.executor_id)] = proc
         return True
@@ -251,7 +291,14 @@ class LocalCluster:
     @staticmethod
     def _signal(proc: _Process, sig: signal.Signals) -> None:
         try:
-            os.killpg(proc.pid, sig)  # the JVM leads its group, with its Python workers
+            if proc.wrapped and sig != signal.SIGKILL:
+                # bubblewrap would die of the signal and leave the executor running unseen;
+                # the processes inside (in its group: no --new-session) get it instead.
+                for pid in _group_members(proc.pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, sig)
+            else:
+                os.killpg(proc.pid, sig)  # the JVM leads its group, with its Python workers
         except ProcessLookupError:
             pass
         except PermissionError:

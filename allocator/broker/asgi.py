@@ -27,6 +27,8 @@ import uvicorn
 from uvicorn.protocols.http.flow_control import CLOSE_HEADER
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from allocator.broker.tls import TlsFiles
+
 log = logging.getLogger(__name__)
 
 Scope = dict[str, Any]
@@ -167,7 +169,15 @@ logging.getLogger("uvicorn.error").addFilter(_QuietLifecycle())
 class AsgiServer:
     """`app` on http://HOST:PORT (port 0: any free port), served from a daemon thread."""
 
-    def __init__(self, app: App, host: str, port: int, limits: HttpLimits, name: str) -> None:
+    def __init__(
+        self,
+        app: App,
+        host: str,
+        port: int,
+        limits: HttpLimits,
+        name: str,
+        tls: TlsFiles | None = None,
+    ) -> None:
         self.limits = limits
         self.name = name
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -205,6 +215,7 @@ class AsgiServer:
                 timeout_graceful_shutdown=2,
                 server_header=False,
                 date_header=False,
+                **(tls.uvicorn_options() if tls is not None else {}),  # type: ignore[arg-type]
             )
         )
         self._thread: threading.Thread | None = None

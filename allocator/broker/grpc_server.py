@@ -13,6 +13,7 @@ from google.protobuf.message import DecodeError, Message
 from allocator.broker.api import CALLS, MAX_REQUEST_BYTES, RequestObserver, check_token
 from allocator.broker.core import ApiError, Broker
 from allocator.broker.proto import pb, pb_grpc
+from allocator.broker.tls import TlsFiles
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -130,6 +131,7 @@ class TenantGrpcServer:
         address: tuple[str, int],
         token: str | None = None,
         observer: RequestObserver | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="tenant-grpc"),
@@ -149,7 +151,10 @@ class TenantGrpcServer:
             (grpc.method_handlers_generic_handler(SERVICE, handlers),)
         )
         host, port = address
-        self.port = self._server.add_insecure_port(f"{host}:{port}")
+        if tls is None:
+            self.port = self._server.add_insecure_port(f"{host}:{port}")
+        else:
+            self.port = self._server.add_secure_port(f"{host}:{port}", tls.grpc_credentials())
         if self.port == 0:
             raise OSError(f"cannot bind gRPC to {host}:{port}")
 

@@ -26,6 +26,7 @@ from allocator.broker.api import (
 )
 from allocator.broker.asgi import AsgiServer, HttpLimits, Receive, Scope, Send, read_body, respond
 from allocator.broker.core import ApiError, Broker
+from allocator.broker.tls import TlsFiles
 from allocator.broker.validation import printable
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class TenantHttpServer:
         token: str | None = None,
         observer: RequestObserver | None = None,
         limits: HttpLimits | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.broker = broker
         self.token = token
@@ -51,7 +53,7 @@ class TenantHttpServer:
         self.limits = limits or HttpLimits(max_body_bytes=MAX_REQUEST_BYTES)
         self._pool = ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="tenant-http")
         host, port = address
-        self._server = AsgiServer(self._app, host, port, self.limits, "tenant-http")
+        self._server = AsgiServer(self._app, host, port, self.limits, "tenant-http", tls)
 
     @property
     def port(self) -> int:

@@ -31,6 +31,7 @@ from allocator.broker.allocation_frame import AllocationFrame, constraints_of
 from allocator.broker.api import CALLS
 from allocator.broker.proto import pb
 from allocator.broker.snapshot import engine_allocation
+from allocator.broker.tls import TlsFiles
 from allocator.metrics_defs import GroupUsage
 
 if TYPE_CHECKING:
@@ -379,7 +380,12 @@ class MetricsServer:
     (`Authorization: Bearer TOKEN`, Prometheus's `authorization` scrape setting)."""
 
     def __init__(
-        self, registry: CollectorRegistry, host: str, port: int, token: str | None = None
+        self,
+        registry: CollectorRegistry,
+        host: str,
+        port: int,
+        token: str | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         from prometheus_client import make_asgi_app
 
@@ -403,7 +409,9 @@ class MetricsServer:
                 return
             await metrics(scope, receive, send)
 
-        self._server = AsgiServer(app, host, port, HttpLimits(max_body_bytes=0), "metrics-http")
+        self._server = AsgiServer(
+            app, host, port, HttpLimits(max_body_bytes=0), "metrics-http", tls
+        )
         self._server.start()
 
     @property

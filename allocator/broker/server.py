@@ -7,12 +7,13 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from allocator.backends.base import AgentInfo, Backend
 from allocator.backends.local import LocalCluster
+from allocator.backends.sandbox import SandboxConfig
 from allocator.broker.api import RequestObserver
 from allocator.broker.asgi import HttpLimits
 from allocator.broker.core import DEFAULT_LEASE_SECONDS, Broker
@@ -22,6 +23,7 @@ from allocator.broker.limits import Limits
 from allocator.broker.metrics import BrokerMetrics, MetricsServer
 from allocator.broker.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from allocator.broker.store import Store
+from allocator.broker.tls import TlsFiles
 from allocator.broker.zk_url import ZkUrl
 
 if TYPE_CHECKING:
@@ -58,15 +60,22 @@ class BrokerOptions:
     # --ha: called once when this broker, having led, lost its ZooKeeper session (it is
     # fenced already); `fairbroker serve` stops and exits. None: logged only.
     on_deposed: Callable[[str], None] | None = None
+    # the embedded cluster's executor sandbox (serve's default is auto; here none, so tests
+    # and library users that start executors from private temporary directories still can)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    tls: TlsFiles | None = None  # HTTPS and gRPC over TLS for the tenant API and /metrics
 
 
 def local_backend(options: BrokerOptions) -> Backend:
     """The embedded cluster (allocator/backends/local.py): `options.agents`, else the agents
-    of `options.cluster_file`, with each executor's files under the state dir's agents/."""
+    of `options.cluster_file`, with each executor's files under the state dir's agents/,
+    in `options.sandbox` (the state dir always hidden from executors)."""
     agents = options.agents or load_cluster_file(options.cluster_file)
+    sandbox = replace(options.sandbox, state_dir=Path(options.state_dir))
     return LocalCluster(
-        agents, Path(options.state_dir) / "agents", env_policy=options.limits.executor_env
-    )
+        agents, Path(options.state_dir) / "agents", env_policy=options.limits.executor_env,
+        sandbox=sandbox,
+    )  # fmt: skip
 
 
 class BrokerService:
@@ -99,17 +108,20 @@ class BrokerService:
             self.metrics = BrokerMetrics.of_broker(self.broker)
         address = options.host
         try:
+            if options.tls is not None:
+                options.tls.check()
             self.http = TenantHttpServer(
                 self.broker, (address, options.http_port), options.token, self._observe,
-                options.http_limits,
+                options.http_limits, options.tls,
             )  # fmt: skip
         except Exception:
             store.close()
             raise
         try:
             self.grpc = TenantGrpcServer(
-                self.broker, (address, options.grpc_port), options.token, self._observe
-            )
+                self.broker, (address, options.grpc_port), options.token, self._observe,
+                options.tls,
+            )  # fmt: skip
         except Exception:
             self.http.server_close()
             store.close()
@@ -206,6 +218,7 @@ class BrokerService:
                 self.metrics_server = MetricsServer(
                     self.metrics.registry, self.options.host, self.options.metrics_port,
                     self.options.token if self.options.metrics_token else None,
+                    self.options.tls,
                 )  # fmt: skip
             except OSError as error:
                 self.http.server_close()

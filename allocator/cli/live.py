@@ -46,7 +46,8 @@ SERVE_DEFAULTS = {
     "host": "127.0.0.1", "port": DEFAULT_HTTP_PORT, "grpc_port": DEFAULT_GRPC_PORT,
     "metrics_port": DEFAULT_METRICS_PORT, "state_dir": ".fairbroker", "lease": 30.0,
     "log_level": "info", "backend": "local", "failover_timeout": 7 * 24 * 3600.0,
-    "framework_name": "fairbroker", "spark_home": "/opt/spark",
+    "framework_name": "fairbroker", "spark_home": "/opt/spark", "sandbox": "auto",
+    "sandbox_user": "nobody",
 }  # fmt: skip
 
 
@@ -90,9 +91,34 @@ def serve_options(func):
             "state kept there under PATH; the others stand by and answer 503 naming it.",
         ),
         click.option(
+            "--sandbox", type=_choice(["auto", "bwrap", "user", "none"]), default=d("sandbox"),
+            show_default=True,
+            help="Local backend: executors' sandbox (auto: the strongest here; bwrap: "
+            "bubblewrap namespaces; user: an unprivileged user, as root; none: beside the "
+            "broker, warned). docs/security.md.",
+        ),
+        click.option(
+            "--sandbox-user", default=d("sandbox_user"), show_default=True,
+            help="Local backend run as root: the unprivileged user executors run as.",
+        ),
+        click.option(
+            "--sandbox-hide", multiple=True, metavar="PATH",
+            help="Local backend: another path executors must not see (repeat; the state "
+            "directory, token and secret files always are).",
+        ),
+        click.option(
             "--token-file", type=click.Path(dir_okay=False), default=None,
             help="Require the shared token in this file (one line) on the tenant API: the "
             "preferred way to give it.",
+        ),
+        click.option(
+            "--tls-cert", type=click.Path(dir_okay=False), default=None,
+            help="Serve the tenant API (HTTP and gRPC) and /metrics over TLS with this PEM "
+            "certificate (chain); with --tls-key.",
+        ),
+        click.option(
+            "--tls-key", type=click.Path(dir_okay=False), default=None,
+            help="The PEM private key of --tls-cert (hidden from executors).",
         ),
         click.option(
             "--token", default=None,

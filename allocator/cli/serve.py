@@ -34,6 +34,8 @@ def broker_options(config: ServeConfig) -> BrokerOptions:
         metrics_port=config.metrics_port if config.metrics else None,
         metrics_token=config.metrics_token,
         advertised_host=config.advertised_host,
+        sandbox=config.sandbox_config(),
+        tls=config.tls_files(),
     )
     if config.ha is not None:
         from allocator.broker.zk_url import parse_zk_url
@@ -116,10 +118,14 @@ def run(config: ServeConfig) -> None:
         service.start()
     except OSError as error:
         raise _bind_failure(error, options.host, ports) from None
-    metrics = f"http://{service.metrics_address}/metrics" if service.metrics_address else "off"
+    scheme = "https" if options.tls is not None else "http"
+    metrics = f"{scheme}://{service.metrics_address}/metrics" if service.metrics_address else "off"
+    sandbox = getattr(backend, "sandbox", None)
+    if sandbox is not None:
+        click.echo(f"fairbroker: executor sandbox: {sandbox.describe()}", err=True)
     standby = f" as a standby until elected in {config.ha}" if config.ha else ""
     click.echo(
-        f"fairbroker: serving{standby} on http://{service.http_address} (Spark master "
+        f"fairbroker: serving{standby} on {scheme}://{service.http_address} (Spark master "
         f"sparkbroker://{service.http_address}), gRPC {service.grpc_address}, metrics "
         f"{metrics}; pid {os.getpid()}",
         err=True,

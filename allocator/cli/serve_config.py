@@ -32,7 +32,9 @@ from pydantic import (
     model_validator,
 )
 
+from allocator.backends.sandbox import SandboxConfig
 from allocator.broker.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
+from allocator.broker.tls import TlsFiles
 from allocator.engine_config import (
     EngineConfig,
     default_of,
@@ -46,7 +48,7 @@ from allocator.scenarios.files import read_yaml
 ENV_PREFIX = "FAIRBROKER_"
 CONFIG_ENV = "FAIRBROKER_CONFIG"
 MASK = "********"
-_PATH_KEYS = ("state_dir", "cluster", "token_file", "secret_file")
+_PATH_KEYS = ("state_dir", "cluster", "token_file", "secret_file", "tls_cert", "tls_key")
 #: Flags not spelt --<key with dashes> (serve's own, and the engine's from EngineConfig).
 _FLAGS = {"roles": "--role", "limits": "--limit"} | {
     f.name: setting_of(f).flag for f in fields(EngineConfig) if setting_of(f).flag
@@ -57,6 +59,7 @@ _LIST_KEYS = (
     "roles",
     "executor_env",
     "executor_python",
+    "sandbox_hide",
     "limits",
     *_ENGINE_MAPPINGS,
     *_ENGINE_LISTS,
@@ -116,11 +119,19 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
     cluster: Path | None = None  # local backend: the embedded cluster's agents
     token: SecretStr | None = None
     token_file: Path | None = None
+    # TLS on the tenant API (HTTP and gRPC) and /metrics: PEM certificate (chain) and key
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
     lease: float = Field(30.0, ge=1, allow_inf_nan=False)
     log_level: Literal["debug", "info", "warning"] = "info"
     # what tenants may put in their executors' environment (docs/security.md)
     executor_env: tuple[str, ...] = ()
     executor_python: tuple[str, ...] = ()
+    # the embedded cluster's executor sandbox (docs/security.md, "The executor sandbox"; on
+    # Mesos the agent's containerizer is the sandbox and these are not used)
+    sandbox: Literal["auto", "bwrap", "user", "none"] = "auto"
+    sandbox_user: str = Field("nobody", min_length=1)  # executors' user when serve runs as root
+    sandbox_hide: tuple[Path, ...] = ()  # more paths executors must not see (bwrap)
     limits: tuple[str, ...] = ()  # NAME=VALUE changes to allocator.broker.limits.Limits
     # None: the backend's safe default (local: stop the executors; mesos: fail over)
     teardown_on_exit: bool | None = None
@@ -184,6 +195,8 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
                 raise ValueError(f"{given[0]}: only with backend mesos")
         if (self.principal is None) != (self.secret_file is None):
             raise ValueError("principal: principal and secret_file go together")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert: tls_cert and tls_key go together")
         if self.token is not None and self.token_file is not None:
             raise ValueError("token: give token or token_file, not both")
         if self.metrics_token and self.token is None and self.token_file is None:
@@ -218,9 +231,24 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
     def effective_webui_url(self) -> str:
         return self.webui_url or f"http://{self.advertised_host}:{self.port}/v1/GetAllocation"
 
+    def sandbox_config(self) -> SandboxConfig:
+        """The executor sandbox: the token and secret files hidden too."""
+        secrets = tuple(
+            p for p in (self.token_file, self.secret_file, self.tls_key) if p is not None
+        )
+        return SandboxConfig(
+            mode=self.sandbox, user=self.sandbox_user, state_dir=self.state_dir,
+            hide=(*secrets, *self.sandbox_hide),
+        )  # fmt: skip
+
     @property
     def task_user(self) -> str:
         return self.user or getpass.getuser()
+
+    def tls_files(self) -> TlsFiles | None:
+        if self.tls_cert is None or self.tls_key is None:
+            return None
+        return TlsFiles(self.tls_cert, self.tls_key)
 
     def read_token(self) -> str | None:
         if self.token_file is not None:

@@ -3,15 +3,24 @@ package fairbroker.spark;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
+import java.io.InputStream;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.net.http.HttpTimeoutException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.security.GeneralSecurityException;
+import java.security.KeyStore;
+import java.security.cert.Certificate;
+import java.security.cert.CertificateFactory;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.TrustManagerFactory;
 
 /**
  * The broker's tenant API: POST /v1/<Method> with protobuf-JSON bodies. With several
@@ -69,29 +78,56 @@ final class BrokerClient {
   private final String token;
   private final HttpClient http;
 
-  BrokerClient(String baseUrl, String token) {
-    this(List.of(baseUrl), token);
-  }
-
-  BrokerClient(List<String> baseUrls, String token) {
+  /**
+   * {@code caFile}: null for plain HTTP; else a PEM file of the CA certificates to trust, and
+   * {@code baseUrls} https:// URLs (the broker serves TLS with tls_cert and tls_key).
+   */
+  BrokerClient(List<String> baseUrls, String token, String caFile) {
     this.baseUrls = List.copyOf(baseUrls);
     this.baseUrl = this.baseUrls.get(0);
     this.token = token;
     // HTTP/1.1: the default HTTP/2 upgrade attempt confuses some plain HTTP servers.
-    this.http =
+    HttpClient.Builder builder =
         HttpClient.newBuilder()
             .version(HttpClient.Version.HTTP_1_1)
-            .connectTimeout(Duration.ofSeconds(3))
-            .build();
+            .connectTimeout(Duration.ofSeconds(3));
+    if (caFile != null) {
+      builder.sslContext(trusting(caFile));
+    }
+    this.http = builder.build();
+  }
+
+  /** A TLS context that trusts the certificates in {@code caFile} and nothing else. */
+  static SSLContext trusting(String caFile) {
+    try (InputStream in = Files.newInputStream(Path.of(caFile))) {
+      KeyStore store = KeyStore.getInstance(KeyStore.getDefaultType());
+      store.load(null, null);
+      int count = 0;
+      for (Certificate cert : CertificateFactory.getInstance("X.509").generateCertificates(in)) {
+        store.setCertificateEntry("ca-" + count++, cert);
+      }
+      if (count == 0) {
+        throw new GeneralSecurityException("no certificate in it");
+      }
+      TrustManagerFactory trust =
+          TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
+      trust.init(store);
+      SSLContext context = SSLContext.getInstance("TLS");
+      context.init(null, trust.getTrustManagers(), null);
+      return context;
+    } catch (IOException | GeneralSecurityException e) {
+      throw new IllegalArgumentException(
+          "fairbroker: cannot use spark.fairbroker.caFile " + caFile + ": " + e.getMessage(), e);
+    }
   }
 
   /** {@code sparkbroker://HOST:PORT} to {@code http://HOST:PORT} (the first address). */
   static String baseUrl(String masterUrl) {
-    return baseUrls(masterUrl).get(0);
+    return baseUrls(masterUrl, false).get(0);
   }
 
-  /** {@code sparkbroker://H1:P1,H2:P2} to {@code [http://H1:P1, http://H2:P2]}. */
-  static List<String> baseUrls(String masterUrl) {
+  /** {@code sparkbroker://H1:P1,H2:P2} to {@code [http(s)://H1:P1, http(s)://H2:P2]}. */
+  static List<String> baseUrls(String masterUrl, boolean tls) {
     String rest = masterUrl.substring(BrokerClusterManager.SCHEME.length());
     while (rest.endsWith("/")) {
       rest = rest.substring(0, rest.length() - 1);
@@ -110,7 +146,7 @@ final class BrokerClient {
             "fairbroker: master URL must be sparkbroker://HOST:PORT (or HOST:PORT,HOST:PORT "
                 + "for brokers run with --ha), got " + masterUrl);
       }
-      out.add("http://" + one);
+      out.add((tls ? "https://" : "http://") + one);
     }
     return out;
   }

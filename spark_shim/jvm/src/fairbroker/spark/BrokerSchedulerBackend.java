@@ -74,7 +74,10 @@ public class BrokerSchedulerBackend extends CoarseGrainedSchedulerBackend {
   public BrokerSchedulerBackend(TaskSchedulerImpl scheduler, SparkContext sc, String masterUrl) {
     super(scheduler, sc.env().rpcEnv());
     String token = sc.conf().get("spark.fairbroker.token", System.getenv("FAIRBROKER_TOKEN"));
-    client = new BrokerClient(BrokerClient.baseUrls(masterUrl), token);
+    // TLS: trust the CA in this PEM file (the broker serves tls_cert); plain HTTP without it
+    String caFile =
+        sc.conf().get("spark.fairbroker.caFile", System.getenv("FAIRBROKER_CA_FILE"));
+    client = new BrokerClient(BrokerClient.baseUrls(masterUrl, caFile != null), token, caFile);
     registration = new Registration(sc.conf(), applicationId());
     configuredHeartbeatMs =
         Math.max(100, sc.conf().getTimeAsMs("spark.fairbroker.heartbeatInterval", "2s"));
