@@ -331,7 +331,9 @@ def _stand_in_spark(tmp_path: Path) -> Path:
 
 
 class Serve:
-    """One `fairbroker serve --ha` subprocess on loopback (stopped by pid)."""
+    """One `fairbroker serve --ha` subprocess on loopback (stopped by pid). No executor
+    sandbox: pytest's directories and this machine's Python are closed to its user, and
+    tests/test_sandbox.py is where the sandbox is tested."""
 
     def __init__(self, name: str, zk_url: str, state: Path, spark: Path | None, log_dir: Path,
                  lease: float = LEASE, extra: tuple[str, ...] = ()) -> None:  # fmt: skip
@@ -345,7 +347,7 @@ class Serve:
             sys.executable, "-c", "from allocator.cli import main; main()", "serve",
             "--ha", zk_url, "--state-dir", str(state), "--port", str(self.http),
             "--grpc-port", str(self.grpc), "--metrics-port", str(self.metrics),
-            "--lease", str(lease), "--scheduler", "drf", *extra,
+            "--lease", str(lease), "--scheduler", "drf", "--sandbox", "none", *extra,
         ], stdout=subprocess.DEVNULL, stderr=self.log.open("ab"), env=env,
            start_new_session=True)  # fmt: skip
 
