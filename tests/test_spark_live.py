@@ -14,6 +14,7 @@ import sysconfig
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -138,6 +139,22 @@ def _running_executors(service: BrokerService) -> dict[str, str]:
     return out
 
 
+def _seen(service: BrokerService, driver: Driver) -> Callable[[], str]:
+    """What a timed-out wait saw: every executor's state, and the driver's last output."""
+
+    def describe() -> str:
+        states = {
+            t.tenant_id: {e.executor_id: (e.agent, e.state) for e in t.executors}
+            for t in service.broker.allocation().tenants
+        }
+        return f"executors: {states}\ndriver output:\n{driver.output()}"
+
+    return describe
+
+
+# The waits allow 240 s: a driver and two executor JVMs start in seconds alone, but make
+# test runs two workers on two cores beside other Spark tests, and a CI run once took
+# more than 120 s to get both executors registered.
 def test_killed_executor_is_reported_freed_and_replaced(tmp_path: Path) -> None:
     with service_for(tmp_path, TWO_AGENTS, scheduler="drf") as service:
         driver = Driver(
@@ -146,7 +163,7 @@ def test_killed_executor_is_reported_freed_and_replaced(tmp_path: Path) -> None:
         )  # fmt: skip
         running = wait_for(
             lambda: len(_running_executors(service)) == 2 and _running_executors(service),
-            120, "two registered executors",
+            240, "two registered executors", context=_seen(service, driver),
         )  # fmt: skip
         backend = service.broker.backend
         (tenant_id,) = service.broker.tenants
@@ -155,7 +172,8 @@ def test_killed_executor_is_reported_freed_and_replaced(tmp_path: Path) -> None:
         wait_for(lambda: victim not in service.broker.tenants[tenant_id].executors, 20,
                  "the broker to see the executor die")  # fmt: skip
         # a replacement with a fresh id, since the tenant still wants two
-        wait_for(lambda: "3" in _running_executors(service), 120, "a replacement executor")
+        wait_for(lambda: "3" in _running_executors(service), 240, "a replacement executor",
+                 context=_seen(service, driver))  # fmt: skip
         code, result = driver.wait()
         assert code == 0, driver.output()
         assert result["sum"] == sum(range(40))
@@ -168,7 +186,8 @@ def test_dead_driver_loses_its_executors_when_its_lease_runs_out(tmp_path: Path)
             service.http_address, [str(HOSTS_JOB), "2", "200", "1"], workdir=tmp_path,
             name="dead", conf=PI_CONF,
         )  # fmt: skip
-        wait_for(lambda: len(_running_executors(service)) == 2, 120, "two executors")
+        wait_for(lambda: len(_running_executors(service)) == 2, 240, "two executors",
+                 context=_seen(service, driver))  # fmt: skip
         driver.kill()  # SIGKILL: no unregister, no more heartbeats
         wait_for(lambda: not service.broker.tenants, 30, "the tenant's lease to expire")
         wait_for(lambda: not executor_processes(str(tmp_path)), 20, "executors to be gone")

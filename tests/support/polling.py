@@ -15,14 +15,22 @@ def free_port(ip: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
+def wait_for(
+    check: Callable[[], Any],
+    timeout: float,
+    what: str,
+    every: float = 0.2,
+    context: Callable[[], str] | None = None,
+) -> Any:
     """The first truthy value of `check()`, polled every `every` s and once more at the
-    deadline; AssertionError naming `what` when it never comes."""
+    deadline; AssertionError naming `what` (and `context()`, what was seen) when it never
+    comes."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+            seen = f"\n{context()}" if context else ""
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{seen}")
         time.sleep(every)
