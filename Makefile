@@ -65,7 +65,7 @@ mesos:
 # tests wait on Spark, Mesos or a subprocess, so two at once keep the 2-core machine busy.
 test: install system-deps deploy-tools mesos
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -q -n 2 --dist worksteal
+	$(VENV)/bin/pytest -q -n 2 --dist worksteal --durations=40
 
 # The inner loop: everything but the tests of real components (`live` marker, tests/conftest.py),
 # one pytest worker per core (pytest-xdist).
