@@ -37,7 +37,7 @@ MAX_CONCURRENT_RPCS = 256
 MAX_CALL_SECONDS = 10.0
 # A call's request message must arrive within this long of the call's headers.
 REQUEST_SECONDS = 5.0
-LATE_RECEIVE_SECONDS = 0.25
+LATE_RECEIVE_SECONDS = 1.0
 WORKERS = 16
 # Connections not through the HTTP/2 handshake within this long are closed, and so are
 # connections with no call for IDLE_SECONDS (clients reconnect when they next call).
