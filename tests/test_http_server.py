@@ -434,27 +434,61 @@ def test_a_client_that_never_reads_its_answers_is_let_go() -> None:
     server = AsgiServer(app, "127.0.0.1", 0, HttpLimits(write_timeout=0.5), "t-http")
     server.start()
     try:
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.connect(("127.0.0.1", server.port))
-        s.settimeout(0.5)
-        with s:
-            sent = 0
-            with contextlib.suppress(TimeoutError, ConnectionError):
-                while sent < 200:  # 200 answers: 12.8 MiB, beyond every buffer
-                    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-                    sent += 1
-            time.sleep(2.0)  # the deadline (0.5 s) passes with nothing read
-            s.settimeout(10)
-            received = 0
-            # The server has let go: reading ends (EOF or a reset) well before all that was
-            # asked for arrives; a connection still held would block here until TimeoutError.
-            with contextlib.suppress(ConnectionResetError):
-                while chunk := s.recv(1 << 20):
-                    received += len(chunk)
-            assert received < sent * len(body), (received, sent)
+        with _pipelined_unread(server.port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n") as s:
+            assert _dropped_unread(s, within=30), "the server still holds the connection"
     finally:
         server.stop()
+
+
+@contextlib.contextmanager
+def _pipelined_unread(port: int, request: bytes, count: int = 2000):
+    """A connection with `count` pipelined `request`s whose answers are never read (a small
+    receive buffer, so that they back up into the server's write buffer)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    s.settimeout(1.0)
+    with s:
+        # the server stops reading once its answers back up: sendall then blocks
+        with contextlib.suppress(TimeoutError, ConnectionError):
+            s.sendall(request * count)
+        yield s
+
+
+def _dropped_unread(s: socket.socket, within: float) -> bool:
+    """Whether the server closes or resets `s` within `within` seconds, seen without reading
+    anything from it (reading would make the client one that takes its answers)."""
+    import select
+
+    poller = select.poll()
+    poller.register(s, select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        for _, events in poller.poll(200):
+            if events & (select.POLLRDHUP | select.POLLHUP | select.POLLERR):
+                return True
+    return False
+
+
+def test_a_metrics_scraper_that_never_reads_is_let_go(tmp_path: Path) -> None:
+    """The reported case: /metrics with no token needed, pipelined scrapes never read.
+    The metrics server drops the connection after its write deadline (10 s; 151 s and
+    counting before) and keeps answering other scrapers."""
+    options = BrokerOptions(http_port=0, grpc_port=0, state_dir=tmp_path, agents=AGENTS,
+                            metrics_port=0)  # fmt: skip
+    with BrokerService(options, backend=RecordingBackend()) as service:
+        host, port = service.metrics_address.rsplit(":", 1)
+        scrape = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+        started = time.monotonic()
+        with _pipelined_unread(int(port), scrape) as s:
+            assert _dropped_unread(s, within=60), "the metrics server still holds it"
+        took = time.monotonic() - started
+        assert took >= 9, took  # the write deadline (10 s), not something sooner
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        connection.request("GET", "/metrics")
+        answer = connection.getresponse()
+        assert answer.status == 200 and b"fairbroker_" in answer.read()
+        connection.close()
 
 
 def test_metrics_can_require_the_token(service) -> None:

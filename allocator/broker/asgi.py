@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import struct
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -52,6 +53,9 @@ class HttpLimits:
     write_timeout: float = 10.0
 
 
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, drops the queue
+
+
 class _Protocol(H11Protocol):
     """uvicorn's h11 protocol plus a deadline for each request head, one for a client to
     take its answers, and a cap on the requests one connection may make."""
@@ -78,7 +82,14 @@ class _Protocol(H11Protocol):
     def _write_expired(self) -> None:
         if not self.transport.is_closing():
             log.debug("closing a connection whose client has not read its answers in time")
-            self.transport.abort()  # close() would wait for the buffer to drain: never
+            # close() would wait for the buffer to drain: never. abort() closes the socket,
+            # but the kernel would still hold what it had queued (megabytes on loopback)
+            # behind a zero window, FIN-WAIT-1 for minutes; lingering 0 s resets instead.
+            sock = self.transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+            self.transport.abort()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
