@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import socket
 import struct
 import threading
+from asyncio.constants import ACCEPT_RETRY_DELAY
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -163,6 +165,44 @@ class AcceptErrors:
             self._next, self._missed = now + self.every, 0
 
 
+_OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+class _AcceptLoop(asyncio.SelectorEventLoop):
+    """asyncio's loop, but an accept() that fails for want of descriptors ends the round of
+    accepts. asyncio (3.11) goes on to the backlog's end (1024 tries), scheduling a retry
+    for each failure: ~10,000 failed accepts a second out of descriptors, and retries that
+    fire on the closed socket at shutdown, a traceback each. Here: one failure, one retry
+    (after asyncio's ACCEPT_RETRY_DELAY, 1 s) while the pending connections wait in the
+    backlog."""
+
+    def _accept_connection(  # type: ignore[override]
+        self, protocol_factory, sock, sslcontext=None, server=None, backlog=100, *timeouts
+    ) -> None:
+        for _ in range(backlog):
+            try:
+                conn, address = sock.accept()
+                conn.setblocking(False)
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return  # nothing more pending
+            except OSError as error:
+                if error.errno not in _OUT_OF_RESOURCES:
+                    raise
+                self.call_exception_handler({"message": AcceptErrors.MESSAGE, "exception": error})
+                self._remove_reader(sock.fileno())  # type: ignore[attr-defined]
+                self.call_later(
+                    ACCEPT_RETRY_DELAY, self._start_serving,  # type: ignore[attr-defined]
+                    protocol_factory, sock, sslcontext, server, backlog, *timeouts,
+                )  # fmt: skip
+                return
+            extra = {"peername": address}
+            self.create_task(
+                self._accept_connection2(  # type: ignore[attr-defined]
+                    protocol_factory, conn, extra, sslcontext, server, *timeouts
+                )
+            )
+
+
 class _QuietLifecycle(logging.Filter):
     """uvicorn logs its start and stop at INFO once per server, and the broker runs two
     (tenant API and metrics) and says itself when it serves and stops: keep the rest."""
@@ -240,8 +280,10 @@ class AsgiServer:
         self._thread.start()
 
     def _run(self) -> None:
-        """uvicorn's `Server.run`, with a loop whose failed accepts are logged sparingly."""
-        with asyncio.Runner(loop_factory=self._server.config.get_loop_factory()) as runner:
+        """uvicorn's `Server.run` on a loop that stops accepting at the first failed accept and
+        logs the failures sparingly (in place of uvicorn's choice: asyncio's loop, or uvloop
+        where installed)."""
+        with asyncio.Runner(loop_factory=_AcceptLoop) as runner:
             runner.get_loop().set_exception_handler(AcceptErrors(self.name))
             runner.run(self._server.serve(sockets=[self._socket]))
 
