@@ -137,9 +137,12 @@ class Engine:
         self._roles: list[str] = []
         # The agent attribute naming the role an agent copy is offered to (the Mesos backend's
         # `mesos_role` with several roles): frameworks that match an agent's other attributes
-        # contest its room whatever its role (Cluster.contested). None: no such pools.
+        # contest its room whatever its role (Cluster.contested). None: no such pools. A
+        # pooled agent is named POOL@VALUE (VALUE: its pooled attribute), so the copies of
+        # one agent share POOL.
         self.pooled_attribute: str | None = None
-        self._contested: tuple[object, np.ndarray] | None = None  # (for which _names, matrix)
+        # (for which _names, contested by constraints, each framework's own copy of each agent)
+        self._contested: tuple[object, np.ndarray, np.ndarray] | None = None
         self._dirty = True  # something changed since the last run that left nothing fitting
         self._next_filter_expiry = np.inf
         minimum = MIN_ALLOCATABLE if min_allocatable is None else min_allocatable
@@ -503,24 +506,46 @@ class Engine:
             role_of=self._role[:n_f].copy(),
             role_names=tuple(roles),
             role_weight=np.array([self.role_weights.get(r, 1.0) for r in roles]),
-            contested=self._contested_matrix(n_f, n_a),
+            contested=self._contested_matrix(n_f, n_a, eligible),
         )
 
-    def _contested_matrix(self, n_f: int, n_a: int) -> np.ndarray | None:
-        """Cluster.contested: the constraints without the pooled attribute, recomputed only
-        when membership changes (a framework's constraints and an agent's attributes are
-        fixed while it is registered)."""
+    def _contested_matrix(self, n_f: int, n_a: int, eligible: np.ndarray) -> np.ndarray | None:
+        """Cluster.contested: the constraints without the pooled attribute, and only where the
+        framework may use its own copy of the agent (`eligible` there: a framework resting
+        or filtered on its copy could not take the room were it offered; an agent whose
+        copy for the framework's role is not known is contested)."""
         key = self.pooled_attribute
         if key is None:
             return None
         if self._contested is None or self._contested[0] is not self._names:
-            matrix = np.zeros((n_f, n_a), dtype=bool)
-            for name, f in self._framework_slots.index.items():
-                wanted = {k: v for k, v in self.frameworks[name].constraints.items() if k != key}
-                for agent, a in self._agent_slots.index.items():
-                    matrix[f, a] = matches_constraints(self.agents[agent].attributes, wanted)
-            self._contested = (self._names, matrix)
-        return self._contested[1]
+            self._contested = (self._names, *self._pools(key, n_f, n_a))
+        _, matrix, own = self._contested
+        rows = np.arange(n_f)[:, None]
+        return matrix & np.where(own >= 0, eligible[rows, np.maximum(own, 0)], True)
+
+    def _pools(self, key: str, n_f: int, n_a: int) -> tuple[np.ndarray, np.ndarray]:
+        """Recomputed only when membership changes (a framework's constraints and an agent's
+        attributes are fixed while it is registered): (F, A) whether the framework matches
+        the agent but for the pooled attribute, and (F, A) the index of the framework's own
+        copy of the agent (the same POOL with the framework's VALUE), -1 if none."""
+        matrix = np.zeros((n_f, n_a), dtype=bool)
+        own = np.full((n_f, n_a), -1, dtype=np.int64)
+        copies: dict[tuple[str, str], int] = {}  # (pool, value) -> agent index
+        pool_of = np.empty(n_a, dtype=object)
+        for agent, a in self._agent_slots.index.items():
+            value = str(self.agents[agent].attributes.get(key, ""))
+            pool_of[a] = agent.removesuffix(f"@{value}")
+            copies[(pool_of[a], value)] = a
+        for name, f in self._framework_slots.index.items():
+            constraints = self.frameworks[name].constraints
+            wanted = {k: v for k, v in constraints.items() if k != key}
+            mine = constraints.get(key)
+            values = mine if isinstance(mine, list) else [] if mine is None else [mine]
+            for agent, a in self._agent_slots.index.items():
+                matrix[f, a] = matches_constraints(self.agents[agent].attributes, wanted)
+                if len(values) == 1:  # one role: one copy of each agent is the framework's
+                    own[f, a] = copies.get((pool_of[a], str(values[0])), -1)
+        return matrix, own
 
     def known_demand(self) -> np.ndarray:
         """(F slots, R) the demand the policy may know (NaN rows: not yet), a copy."""

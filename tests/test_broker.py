@@ -312,7 +312,6 @@ def service(tmp_path: Path):
         yield running
 
 
-
 def test_http_json_register_uses_protobufs_json_mapping(service) -> None:
     body = {
         "tenantId": "app-1",
@@ -329,8 +328,9 @@ def test_http_json_register_uses_protobufs_json_mapping(service) -> None:
     }
     status, reply = http(service, "Register", json.dumps(body).encode())
     assert status == 200 and reply["tenantId"] == "app-1" and reply["declared"] is True
-    deadline = time.monotonic() + 5
-    while len(service.broker.backend.launched) < 2 and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60
+    while len(service.broker.backend.launched) < 2:
+        assert time.monotonic() < deadline, service.broker.backend.launched
         time.sleep(0.02)
     spec = service.broker.backend.launched[0]
     assert spec.environment == {"SPARK_EXECUTOR_OPTS": "-Dx=1"} and spec.heap_mib == 640

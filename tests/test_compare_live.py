@@ -180,9 +180,12 @@ def test_ctrl_c_leaves_no_driver_or_executor(tmp_path: Path):
                 break
             time.sleep(0.5)
         assert process.poll() is None, "compare ended before its executors started"
-        time.sleep(3)
+        # and until their processes are there to interrupt (their directories come first)
         started = descendants(process.pid) | set(processes_under(out))
-        assert len(started) > 2, "nothing was running to interrupt"
+        while len(started) <= 2:
+            assert time.monotonic() < deadline and process.poll() is None, started
+            time.sleep(0.5)
+            started = descendants(process.pid) | set(processes_under(out))
         os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C does
         process.communicate(timeout=120)
     finally:

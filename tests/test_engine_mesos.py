@@ -182,3 +182,23 @@ def test_a_role_lower_than_the_one_offered_an_agent_takes_it_from_that_role():
     grants = _two_roles(pooled=True, wc_wants=0).allocate(0.0)
     assert {(g.framework, g.agent) for g in grants} == {("p", "A@pi")}
     assert sum(g.tasks for g in grants) == 4
+
+
+def test_a_lower_role_resting_on_its_copy_of_an_agent_does_not_keep_the_offered_role_off():
+    """wc rests on its copy of A (a refuse filter: quick failures there, or a declined
+    offer): it could not take A's room were Mesos to offer it, so it is no rival there and
+    pi fills A as if wc wanted nothing (before, A went back unused by either role for as
+    long as wc rested). The rest ended, wc takes A from pi again; resting on another agent
+    changes nothing at A."""
+    e = _two_roles(pooled=True)
+    e.refuse("w", "A@wc", until=100.0)
+    grants = e.allocate(0.0)
+    assert {(g.framework, g.agent) for g in grants} == {("p", "A@pi")}
+    assert sum(g.tasks for g in grants) == 4
+    e = _two_roles(pooled=True)
+    e.refuse("w", "A@wc", until=100.0)
+    assert e.allocate(101.0) == []
+    e = _two_roles(pooled=True)
+    e.add_agent("B@wc", {"cpus": 0, "mem": 0}, {"mesos_role": "wc"}, empty=True)
+    e.refuse("w", "B@wc", until=100.0)
+    assert e.allocate(0.0) == []

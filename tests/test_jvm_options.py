@@ -402,14 +402,22 @@ def test_the_broker_launches_legit_options_unchanged(embedded, tmp_path: Path) -
     value = LEGIT[0] + " " + LEGIT[1]
     status, reply = http(service, "Register", body("good", value))
     assert status == 200, reply
-    deadline = time.monotonic() + 10
-    found: list[Path] = []
-    while not found and time.monotonic() < deadline:
-        found = [p for p in (tmp_path / "agents").rglob("env.out") if p.read_bytes()]
+    deadline = time.monotonic() + 60
+
+    def written() -> Path | None:
+        """An executor's env.out once env -0 has written the variable: every entry ends with
+        NUL, so a file ending with one holds whole entries (its size alone says nothing
+        while env is still writing)."""
+        for path in (tmp_path / "agents").rglob("env.out"):
+            data = path.read_bytes()
+            if data.endswith(b"\0") and b"\0SPARK_EXECUTOR_OPTS=" in b"\0" + data:
+                return path
+        return None
+
+    while (path := written()) is None:
+        assert time.monotonic() < deadline, "no executor wrote its environment"
         time.sleep(0.05)
-    assert found, "no executor started"
-    time.sleep(0.2)  # env -0 writes once; let it finish
-    entries = dict(e.split("=", 1) for e in found[0].read_text().split("\0") if "=" in e)
+    entries = dict(e.split("=", 1) for e in path.read_text().split("\0") if "=" in e)
     assert entries["SPARK_EXECUTOR_OPTS"] == value
 
 

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import socket
+import struct
 import threading
+from asyncio.constants import ACCEPT_RETRY_DELAY
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +55,9 @@ class HttpLimits:
     write_timeout: float = 10.0
 
 
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, drops the queue
+
+
 class _Protocol(H11Protocol):
     """uvicorn's h11 protocol plus a deadline for each request head, one for a client to
     take its answers, and a cap on the requests one connection may make."""
@@ -78,7 +84,14 @@ class _Protocol(H11Protocol):
     def _write_expired(self) -> None:
         if not self.transport.is_closing():
             log.debug("closing a connection whose client has not read its answers in time")
-            self.transport.abort()  # close() would wait for the buffer to drain: never
+            # close() would wait for the buffer to drain: never. abort() closes the socket,
+            # but the kernel would still hold what it had queued (megabytes on loopback)
+            # behind a zero window, FIN-WAIT-1 for minutes; lingering 0 s resets instead.
+            sock = self.transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+            self.transport.abort()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -150,6 +163,44 @@ class AcceptErrors:
                 self.name, self._missed, context.get("exception"),
             )  # fmt: skip
             self._next, self._missed = now + self.every, 0
+
+
+_OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+class _AcceptLoop(asyncio.SelectorEventLoop):
+    """asyncio's loop, but an accept() that fails for want of descriptors ends the round of
+    accepts. asyncio (3.11) goes on to the backlog's end (1024 tries), scheduling a retry
+    for each failure: ~10,000 failed accepts a second out of descriptors, and retries that
+    fire on the closed socket at shutdown, a traceback each. Here: one failure, one retry
+    (after asyncio's ACCEPT_RETRY_DELAY, 1 s) while the pending connections wait in the
+    backlog."""
+
+    def _accept_connection(  # type: ignore[override]
+        self, protocol_factory, sock, sslcontext=None, server=None, backlog=100, *timeouts
+    ) -> None:
+        for _ in range(backlog):
+            try:
+                conn, address = sock.accept()
+                conn.setblocking(False)
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return  # nothing more pending
+            except OSError as error:
+                if error.errno not in _OUT_OF_RESOURCES:
+                    raise
+                self.call_exception_handler({"message": AcceptErrors.MESSAGE, "exception": error})
+                self._remove_reader(sock.fileno())  # type: ignore[attr-defined]
+                self.call_later(
+                    ACCEPT_RETRY_DELAY, self._start_serving,  # type: ignore[attr-defined]
+                    protocol_factory, sock, sslcontext, server, backlog, *timeouts,
+                )  # fmt: skip
+                return
+            extra = {"peername": address}
+            self.create_task(
+                self._accept_connection2(  # type: ignore[attr-defined]
+                    protocol_factory, conn, extra, sslcontext, server, *timeouts
+                )
+            )
 
 
 class _QuietLifecycle(logging.Filter):
@@ -229,8 +280,10 @@ class AsgiServer:
         self._thread.start()
 
     def _run(self) -> None:
-        """uvicorn's `Server.run`, with a loop whose failed accepts are logged sparingly."""
-        with asyncio.Runner(loop_factory=self._server.config.get_loop_factory()) as runner:
+        """uvicorn's `Server.run` on a loop that stops accepting at the first failed accept and
+        logs the failures sparingly (in place of uvicorn's choice: asyncio's loop, or uvloop
+        where installed)."""
+        with asyncio.Runner(loop_factory=_AcceptLoop) as runner:
             runner.get_loop().set_exception_handler(AcceptErrors(self.name))
             runner.run(self._server.serve(sockets=[self._socket]))
 
