@@ -554,6 +554,9 @@ def notes_text() -> str:
         "that comes after `spark.cores.max` is reached with 120 s "
         "(`spark.mesos.rejectOfferDurationForReachedMaxCores`). "
         "The master runs Mesos's defaults (hierarchical DRF, 1 s allocation interval).\n"
+        "- The emulation holds only while a task's real work and overheads fit in its "
+        "`task_s`: at a load of tens on 2 cores they do not (compare the JCTs with the "
+        "emulated work), and the makespan then measures the machine more than the placement.\n"
         "- Executors per agent type and cpus/mem held are read from the master's "
         "`/master/state` (non-terminal tasks) once a second, for all three ways alike."
     )
