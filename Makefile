@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV35 := .venv-spark35
 RUN_DIR ?= results/run
 
-.PHONY: install system-deps deploy-tools mesos run test test-fast test-slow test-spark35 lint bench \
+.PHONY: install system-deps deploy-tools mesos run test test-fast test-slow spark35 test-spark35 lint bench \
 	clean cluster-up cluster-batch cluster-down
 
 install: $(STAMP)
@@ -77,12 +77,16 @@ test-fast: install
 test-slow: install system-deps mesos
 	$(VENV)/bin/pytest -q -m slow
 
-# The other supported Spark line (3.5, Scala 2.12) in its own venv.
-test-spark35:
+# The other supported Spark line (3.5, Scala 2.12) in its own venv, with pymesos: the last
+# Spark with its own Mesos backend (benchmarks/live_mesos.py runs it).
+spark35:
 	test -x $(VENV35)/bin/python || $(PYTHON) -m venv $(VENV35)
 	$(VENV35)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]' pyspark==3.5.9
+	$(VENV35)/bin/python scripts/install_pymesos.py
 	$(VENV35)/bin/python -m allocator.broker.proto
 	$(VENV35)/bin/python -m spark_shim.jvm.build
+
+test-spark35: spark35
 	$(VENV35)/bin/pytest -q tests/test_shim_build.py tests/test_submit.py tests/test_spark_live.py
 
 lint: install
@@ -106,6 +110,7 @@ bench: install
 	$(PY) -m benchmarks.bench_reclaim
 	$(PY) -m benchmarks.bench_explain
 	$(PY) -m benchmarks.bench_reclaim_sim
+	$(MAKE) spark35 mesos && $(VENV35)/bin/python -m benchmarks.live_mesos --runs 3
 
 clean:
 	rm -rf $(VENV) $(VENV35) $(VENV_DEPLOY) .pytest_cache .hypothesis
