@@ -114,6 +114,7 @@ def test_an_executor_past_its_memory_is_oom_killed_and_the_broker_lives_on(
         assert int((group.paths["memory"] / "memory.usage_in_bytes").read_text()) > 256 * MIB
         assert (group.paths["cpu"] / "cpu.cfs_quota_us").read_text() == "100000\n"
         assert (group.paths["cpu"] / "cpu.cfs_period_us").read_text() == "100000\n"
+        assert (group.paths["cpu"] / "cpu.shares").read_text() == "1024\n"
         assert (group.paths["pids"] / "pids.max").read_text() == "4096\n"
         inside = group.pids()
         assert cluster.pids()[("B", "1")] in inside and len(inside) >= 2  # bwrap + python
@@ -212,6 +213,7 @@ def test_v2_limits_are_written_as_the_kernel_reads_them() -> None:
         ("unified", ("memory.max", str(640 * MIB))),
         ("unified", ("memory.swap.max", "0")),
         ("unified", ("cpu.max", "150000 100000")),
+        ("unified", ("cpu.weight", "150")),
         ("unified", ("pids.max", "4096")),
     ]
     assert cgroups._settings(1, limits, {"memory"}) == [

@@ -7,7 +7,9 @@ memory, cpu and pids hierarchies; cgroup v2: in the unified one). Limits:
 
 - memory: the accounted memory (heap + overhead + off-heap), swap none; past it the kernel's
   OOM killer kills a process of the executor (the JVM, its largest);
-- cpu: a CFS quota of `cores` CPUs per 100 ms period (throttled, never killed);
+- cpu: a CFS quota of `cores` CPUs per 100 ms period (throttled, never killed), and a
+  weight of `cores` (v1 shares 1024 per CPU, v2 weight 100 per CPU, as Mesos gives tasks):
+  under contention the executor is one scheduling entity of that weight, not one per thread;
 - pids: `pids` processes and threads (a fork bomb fails to fork, the host does not).
 
 Every process of the executor is in its cgroup, also one that left its process group, so
@@ -162,6 +164,7 @@ def _settings(version: int, limits: Limits, keys: set[str]) -> list[tuple[str, t
             ("unified", ("memory.max", memory)),
             ("unified", ("memory.swap.max", "0")),
             ("unified", ("cpu.max", f"{quota} {CFS_PERIOD_US}")),
+            ("unified", ("cpu.weight", str(min(10_000, max(1, round(100 * limits.cpus)))))),
             ("unified", ("pids.max", str(limits.pids))),
         ]
     out: list[tuple[str, tuple[str, str]]] = [
@@ -174,6 +177,7 @@ def _settings(version: int, limits: Limits, keys: set[str]) -> list[tuple[str, t
         out += [
             ("cpu", ("cpu.cfs_period_us", str(CFS_PERIOD_US))),
             ("cpu", ("cpu.cfs_quota_us", str(quota))),
+            ("cpu", ("cpu.shares", str(max(2, round(1024 * limits.cpus))))),
         ]
     if "pids" in keys:
         out.append(("pids", ("pids.max", str(limits.pids))))
