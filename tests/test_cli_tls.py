@@ -137,3 +137,36 @@ def test_serve_refuses_a_certificate_its_tls_ca_did_not_issue(tmp_path: Path) ->
     (tmp_path / "junk.crt").write_text("junk\n")
     with pytest.raises(TlsError, match=r"tls_ca: .*junk\.crt is not a readable PEM file"):
         TlsFiles(files.cert, files.key, tmp_path / "junk.crt").check()
+
+
+def test_submits_checks_reach_the_tls_broker_with_the_ca(broker: Broker) -> None:
+    """`fairbroker submit --ca-file`: its checks before Spark starts (the HTTP port, the
+    token) go over TLS; without the CA they say the broker speaks TLS."""
+    from allocator.broker.address import (
+        BrokerAddressError,
+        check_submit_address,
+        check_submit_token,
+    )
+
+    assert check_submit_address(broker.http, broker.ca) == broker.http
+    check_submit_token(broker.http, TOKEN, broker.ca)
+    with pytest.raises(BrokerAddressError, match="refuses a wrong token"):
+        check_submit_token(broker.http, "wrong", broker.ca)
+    with pytest.raises(BrokerAddressError, match="speaks TLS: give --ca-file"):
+        check_submit_address(broker.http)
+    with pytest.raises(BrokerAddressError, match="gRPC port; submit uses its HTTP port"):
+        check_submit_address(broker.grpc, broker.ca)
+
+
+def test_batchs_check_of_a_running_tls_broker(broker: Broker) -> None:
+    """`fairbroker batch --broker --ca-file` reads the TLS broker's group weights first."""
+    import click
+
+    from allocator.cli.live import BrokerTarget, _check_running_broker
+    from allocator.engine_config import EngineConfig
+
+    target = BrokerTarget(broker.http, TOKEN, str(broker.ca))
+    _check_running_broker(target, EngineConfig())  # the broker's weights are the batch's
+    wanted = EngineConfig().with_default_role_weights({"etl": 3.0})
+    with pytest.raises(click.UsageError, match="--role-weight etl=3"):
+        _check_running_broker(target, wanted)

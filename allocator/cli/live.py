@@ -8,6 +8,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import click
 
@@ -479,6 +480,14 @@ def render_reclaim(info) -> str:
 )
 @_TOKEN
 @click.option(
+    "--ca-file",
+    envvar=CA_FILE_ENV,
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help=f"--broker serves TLS: trust the CA certificate(s) in this PEM file (the drivers "
+    f"too). Env {CA_FILE_ENV}.",
+)
+@click.option(
     "--job-timeout",
     type=FiniteFloat(min=1),
     default=600.0,
@@ -494,8 +503,9 @@ def render_reclaim(info) -> str:
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def batch(
-    scenario: str, engine, out: str, broker: str | None, token: str | None, job_timeout: float,
-    metrics_port: int | None, admission: str | None, quiet: bool, as_json: bool,
+    scenario: str, engine, out: str, broker: str | None, token: str | None,
+    ca_file: str | None, job_timeout: float, metrics_port: int | None, admission: str | None,
+    quiet: bool, as_json: bool,
 ) -> None:  # fmt: skip
     """Run SCENARIO's Spark job batches (queues of jobs per group) through the broker.
 
@@ -519,7 +529,9 @@ def batch(
     # A group's weight is its role's weight, in the simulator and here alike.
     engine = engine.with_default_role_weights(spec.role_weights())
     if broker is not None:
-        _check_running_broker(broker, token, engine)
+        if ca_file is not None:  # the drivers' plugin reads it from their environment
+            os.environ[CA_FILE_ENV] = str(Path(ca_file).resolve())
+        _check_running_broker(BrokerTarget(broker, token, ca_file), engine)
     workdir = prepare_output_dir(out, "--out")
     service = None
     if broker is None:
@@ -579,7 +591,7 @@ def batch(
         raise click.ClickException(f"{len(result.failures)} job(s) failed; see their logs")
 
 
-def _check_running_broker(broker: str, token: str | None, engine) -> None:
+def _check_running_broker(target: BrokerTarget, engine) -> None:
     """With --broker the broker's own configuration decides: refuse engine options that
     would be ignored, and group weights the broker does not hold."""
     from allocator.engine_config import EngineConfig
@@ -591,14 +603,14 @@ def _check_running_broker(broker: str, token: str | None, engine) -> None:
             "`fairbroker configure` instead of giving engine options here"
         )
     wanted = {g: w for g, w in engine.role_weights.items() if w != 1.0}
-    with _client(BrokerTarget(broker, token)) as client:
+    with _client(target) as client:
         held = dict(client.allocation().broker.role_weights)
     missing = {g: w for g, w in wanted.items() if held.get(g, 1.0) != w}
     if missing:
         flags = " ".join(f"--role-weight {g}={w:g}" for g, w in sorted(missing.items()))
         raise click.UsageError(
             f"the batch's group weights are not the broker's; run `fairbroker configure "
-            f"--broker {broker} {flags}` (or start it with them) first"
+            f"--broker {target.broker} {flags}` (or start it with them) first"
         )
 
 
