@@ -95,8 +95,9 @@ def test_an_executor_past_its_memory_is_oom_killed_and_the_broker_lives_on(
     home = spark_home(base, GREEDY)
     state = base / "state"
     cluster = LocalCluster(
-        AGENTS, state / "agents", home, sandbox=SandboxConfig(mode="auto", state_dir=state)
-    )
+        AGENTS, state / "agents", home,
+        sandbox=SandboxConfig(mode="auto", state_dir=state, cpu_limits=True),
+    )  # fmt: skip
     options = BrokerOptions(
         engine=EngineConfig.mesos("drf"), http_port=0, grpc_port=0, state_dir=state,
         lease_seconds=600,
@@ -106,7 +107,7 @@ def test_an_executor_past_its_memory_is_oom_killed_and_the_broker_lives_on(
         assert cluster.sandbox.kind == "bwrap" and cluster.limits_in_force, cluster.sandbox
         service.broker.register(register("B", 512, 256))
         b_dir = state / "agents" / "a1" / "B" / "executor-1"
-        wait_for(lambda: (b_dir / "held").exists(), 60, "B holding its 256 MiB")
+        wait_for(lambda: (b_dir / "held").exists(), 180, "B holding its 256 MiB")
         assert (b_dir / "held").read_text() == "256"
         group = cluster._procs[("B", "1")].cgroup
         assert group is not None and group.version == 1
@@ -121,7 +122,7 @@ def test_an_executor_past_its_memory_is_oom_killed_and_the_broker_lives_on(
 
         service.broker.register(register("A", 512, 1536))
         failed = "executor A/1 on a1: FAILED"
-        wait_for(lambda: failed in caplog.text, 60, "A's executor reported failed")
+        wait_for(lambda: failed in caplog.text, 180, "A's executor reported failed")
         line = next(x for x in caplog.text.splitlines() if failed in x)
         assert "out of memory, killed by the kernel at its limit of 512 MiB" in line, line
         a_dir = state / "agents" / "a1" / "A" / "executor-1"

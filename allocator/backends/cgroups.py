@@ -7,9 +7,10 @@ memory, cpu and pids hierarchies; cgroup v2: in the unified one). Limits:
 
 - memory: the accounted memory (heap + overhead + off-heap), swap none; past it the kernel's
   OOM killer kills a process of the executor (the JVM, its largest);
-- cpu: a CFS quota of `cores` CPUs per 100 ms period (throttled, never killed), and a
-  weight of `cores` (v1 shares 1024 per CPU, v2 weight 100 per CPU, as Mesos gives tasks):
-  under contention the executor is one scheduling entity of that weight, not one per thread;
+- cpu (only when asked: `SandboxConfig.cpu_limits`): a CFS quota of `cores` CPUs per 100 ms
+  period (throttled, never killed), and a weight of `cores` (v1 shares 1024 per CPU, v2
+  weight 100 per CPU, as Mesos gives tasks): under contention the executor is one
+  scheduling entity of that weight, not one per thread;
 - pids: `pids` processes and threads (a fork bomb fails to fork, the host does not).
 
 Every process of the executor is in its cgroup, also one that left its process group, so
@@ -120,7 +121,7 @@ class CgroupTree:
     parents: dict[str, Path]
 
     def describe(self) -> str:
-        names = ", ".join(k for k in self.parents if k != "unified") or "memory, cpu, pids"
+        names = ", ".join(k for k in self.parents if k != "unified") or "unified hierarchy"
         where = next(iter(self.parents.values()))
         return f"cgroup v{self.version} ({names}) under {where.parent}"
 
@@ -159,7 +160,7 @@ def _settings(version: int, limits: Limits, keys: set[str]) -> list[tuple[str, t
     """(controller, (file, value)) in the order the kernel needs them."""
     memory = str(limits.memory_bytes)
     quota = max(1000, round(limits.cpus * CFS_PERIOD_US))  # the kernel's minimum is 1 ms
-    if version == 2:
+    if version == 2:  # a file whose controller is not enabled is absent, and skipped
         return [
             ("unified", ("memory.max", memory)),
             ("unified", ("memory.swap.max", "0")),
@@ -229,9 +230,11 @@ def _own(proc_cgroup: str) -> tuple[dict[str, str], str | None]:
     return v1, v2
 
 
-def discover(workdir: Path, proc: Path = Path("/proc/self")) -> CgroupTree | str:
-    """The parent cgroup(s) for this cluster's executors, created; or why there are none
-    (a sentence for the log)."""
+def discover(
+    workdir: Path, proc: Path = Path("/proc/self"), controllers: tuple[str, ...] = CONTROLLERS
+) -> CgroupTree | str:
+    """The parent cgroup(s) for this cluster's executors, created, with `controllers` (memory
+    always); or why there are none (a sentence for the log)."""
     try:
         mountinfo = (proc / "mountinfo").read_text()
         own_text = (proc / "cgroup").read_text()
@@ -244,7 +247,7 @@ def discover(workdir: Path, proc: Path = Path("/proc/self")) -> CgroupTree | str
         parents = {
             c: mounts_v1[c] / own_v1[c].lstrip("/") / name
             for c in CONTROLLERS
-            if c in mounts_v1 and c in own_v1
+            if c in mounts_v1 and c in own_v1 and (c in controllers or c == "memory")
         }
         try:
             for path in parents.values():
@@ -253,13 +256,12 @@ def discover(workdir: Path, proc: Path = Path("/proc/self")) -> CgroupTree | str
             return f"cgroup v1: cannot create {error.filename} ({error.strerror})"
         return CgroupTree(1, parents)
     if mount_v2 is not None and own_v2 is not None:
-        return _discover_v2(mount_v2, own_v2, name)
+        return _discover_v2(mount_v2, own_v2, name, {"memory", *controllers})
     return "no cgroup memory controller mounted"
 
 
-def _discover_v2(mount: Path, own: str, name: str) -> CgroupTree | str:
+def _discover_v2(mount: Path, own: str, name: str, wanted: set[str]) -> CgroupTree | str:
     base = mount / own.lstrip("/")
-    wanted = {"memory", "cpu", "pids"}
     try:
         available = set((base / "cgroup.controllers").read_text().split())
     except OSError as error:

@@ -185,7 +185,8 @@ class LocalCluster:
     def _start_limits(self) -> None:
         if self.sandbox.kind == "none" or not self.sandbox.config.cgroups:
             return
-        found = discover(self.workdir)
+        wanted = ("memory", "pids", "cpu") if self.sandbox.config.cpu_limits else ("memory", "pids")
+        found = discover(self.workdir, controllers=wanted)
         if isinstance(found, str):
             log.warning(
                 "executor limits: %s; memory and CPU are not enforced by the kernel, only "

@@ -70,6 +70,10 @@ class SandboxConfig:
     # every executor's together: a backstop against a fork bomb, not a per-executor share)
     nproc: int = 16384
     cgroups: bool = True  # per-executor cgroup limits where the broker may create cgroups
+    # the cpu controller too (quota and weight by cores). Off by default: in a cpu cgroup an
+    # executor is one scheduling entity, starved beside a host's ungrouped busy processes
+    # (docs/security.md, Resource limits)
+    cpu_limits: bool = False
     pids: int = 4096  # processes and threads per executor (cgroup pids controller)
     bwrap: str = "bwrap"
 
