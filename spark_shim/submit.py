@@ -373,6 +373,12 @@ def describe_demand(demand: ExecutorDemand, *, oblivious: bool = False) -> str:
 @click.option("--weight", type=float, default=1.0, show_default=True, help="Tenant weight.")
 @click.option("--oblivious", is_flag=True, help="Do not declare the executor demand to the policy.")
 @click.option("--token", envvar="FAIRBROKER_TOKEN", default=None, help="Bearer token.")
+@click.option(
+    "--ca-file", envvar="FAIRBROKER_CA_FILE", type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="A broker serving TLS: trust the CA certificate(s) in this PEM file (the driver's "
+    "plugin too). Env FAIRBROKER_CA_FILE.",
+)  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Print the spark-submit command, do not run it.")
 @click.argument("spark_args", nargs=-1, type=click.UNPROCESSED)
 def submit_command(
@@ -381,6 +387,7 @@ def submit_command(
     weight: float,
     oblivious: bool,
     token: str | None,
+    ca_file: str | None,
     dry_run: bool,
     spark_args: tuple[str, ...],
 ) -> None:
@@ -394,12 +401,14 @@ def submit_command(
         )
     except FairbrokerError as error:
         raise click.ClickException(str(error)) from None
+    if ca_file is not None:  # the plugin reads it in the driver (spark.fairbroker.caFile)
+        plan.env["FAIRBROKER_CA_FILE"] = str(Path(ca_file).resolve())
     if not dry_run:
         from allocator.broker.address import check_submit_address, check_submit_token
 
         try:
-            address = check_submit_address(broker_addresses(broker))
-            check_submit_token(address, token)
+            address = check_submit_address(broker_addresses(broker), ca_file)
+            check_submit_token(address, token, ca_file)
         except FairbrokerError as error:
             raise click.ClickException(str(error)) from None
     click.echo(describe_demand(plan.demand, oblivious=oblivious), err=True)

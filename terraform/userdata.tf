@@ -55,11 +55,15 @@ locals {
     metrics_targets = jsonencode([for ip in local.broker_ips : "${ip}:7082"])
     principal       = local.broker_principal
     mesos_secret    = terraform_data.mesos_secret["broker"].output
-    systemd_unit    = file("${path.module}/../deploy/systemd/fairbroker.service")
-    alerts          = file("${path.module}/../deploy/alerts.yml")
-    alertmanager    = file("${path.module}/../deploy/alertmanager.yml")
-    grafana_board   = file("${path.module}/../deploy/grafana/fairbroker.json")
-    grafana_boards  = file("${path.module}/../deploy/grafana/dashboards.yml")
+    # TLS: empty strings when not given (the template leaves TLS out)
+    tls_cert       = var.broker_tls_cert == null ? "" : trimspace(var.broker_tls_cert)
+    tls_key        = var.broker_tls_key == null ? "" : trimspace(var.broker_tls_key)
+    tls_ca         = var.broker_tls_ca == null ? "" : trimspace(var.broker_tls_ca)
+    systemd_unit   = file("${path.module}/../deploy/systemd/fairbroker.service")
+    alerts         = file("${path.module}/../deploy/alerts.yml")
+    alertmanager   = file("${path.module}/../deploy/alertmanager.yml")
+    grafana_board  = file("${path.module}/../deploy/grafana/fairbroker.json")
+    grafana_boards = file("${path.module}/../deploy/grafana/dashboards.yml")
   })
   user_data_broker = templatefile("${path.module}/templates/broker.yaml.tftpl", merge(local.broker_vars, {
     broker_ip = local.broker_ip

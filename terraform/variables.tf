@@ -236,3 +236,47 @@ variable "root_volume_gb" {
     error_message = "root_volume_gb: from 20 to 2000."
   }
 }
+
+# TLS on the brokers' tenant API (HTTP and gRPC) and /metrics. The module draws no
+# certificate (no TLS provider is assumed): give a certificate whose names cover how drivers
+# and Prometheus address the brokers (their private IPs, and any DNS name given to tenants),
+# its key and the CA that issued it. The key reaches the broker hosts in their user data (as
+# the Mesos secret does): keep the Terraform state private.
+variable "broker_tls_cert" {
+  description = "PEM certificate (chain) the brokers serve TLS with (null: plain text; then keep the tenant API on a private network)."
+  type        = string
+  default     = null
+  validation {
+    condition     = var.broker_tls_cert == null || can(regex("^\\s*-----BEGIN CERTIFICATE-----[\\s\\S]+-----END CERTIFICATE-----\\s*$", var.broker_tls_cert))
+    error_message = "broker_tls_cert: a PEM certificate (-----BEGIN CERTIFICATE----- ... -----END CERTIFICATE-----)."
+  }
+  validation {
+    condition     = (var.broker_tls_cert == null) == (var.broker_tls_key == null)
+    error_message = "broker_tls_cert: broker_tls_cert and broker_tls_key go together."
+  }
+}
+
+variable "broker_tls_key" {
+  description = "PEM private key (unencrypted) of broker_tls_cert."
+  type        = string
+  default     = null
+  sensitive   = true
+  validation {
+    condition     = var.broker_tls_key == null || can(regex("^\\s*-----BEGIN (EC |RSA )?PRIVATE KEY-----[\\s\\S]+-----END (EC |RSA )?PRIVATE KEY-----\\s*$", var.broker_tls_key))
+    error_message = "broker_tls_key: an unencrypted PEM private key (-----BEGIN PRIVATE KEY-----, EC or RSA)."
+  }
+}
+
+variable "broker_tls_ca" {
+  description = "PEM certificate of the CA that issued broker_tls_cert: the brokers check their certificate against it at start, Prometheus and `fairbroker status --config` trust it; give it to the tenants for spark.fairbroker.caFile (null: a certificate from a CA the hosts already trust)."
+  type        = string
+  default     = null
+  validation {
+    condition     = var.broker_tls_ca == null || can(regex("^\\s*-----BEGIN CERTIFICATE-----[\\s\\S]+-----END CERTIFICATE-----\\s*$", var.broker_tls_ca))
+    error_message = "broker_tls_ca: a PEM certificate."
+  }
+  validation {
+    condition     = var.broker_tls_ca == null || var.broker_tls_cert != null
+    error_message = "broker_tls_ca: the CA of broker_tls_cert; give broker_tls_cert and broker_tls_key too."
+  }
+}

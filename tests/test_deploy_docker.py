@@ -161,6 +161,10 @@ def test_the_broker_is_a_mesos_framework_with_its_role_quota_and_a_valid_config(
     scrape = yaml.safe_load((DOCKER / "prometheus.yml").read_text())
     targets = scrape["scrape_configs"][0]["static_configs"][0]["targets"]
     assert targets == ["broker:7082", "broker-b:7082"]
+    job = scrape["scrape_configs"][0]
+    assert job["scheme"] == "https"
+    assert job["tls_config"]["ca_file"] == "/etc/prometheus/fairbroker-ca/ca.crt"
+    assert volume_at(services["prometheus"], "/etc/prometheus/fairbroker-ca") == "broker-ca"
 
 
 def test_two_brokers_elect_a_leader_in_the_clusters_zookeeper(resolved: dict) -> None:
@@ -234,9 +238,11 @@ def test_secrets_are_drawn_at_first_start_kept_and_mounted_only_where_needed(
     agents = {n for n in services if n.startswith("agent-")}
     assert mounts == {
         **{n: set() for n in services if n != "secrets"},
-        "broker": {"broker-token", "broker-mesos"},
-        "broker-b": {"broker-token", "broker-mesos"},  # the standby: the same framework
-        "client": {"broker-token"},  # the drivers: the tenant token, not the Mesos secret
+        "broker": {"broker-token", "broker-mesos", "broker-tls"},
+        "broker-b": {"broker-token", "broker-mesos", "broker-tls"},  # the same framework
+        # the drivers: the tenant token and the CA, not the Mesos secret nor the TLS key
+        "client": {"broker-token", "broker-ca"},
+        "prometheus": {"broker-ca"},  # scrapes /metrics over HTTPS
         "mesos-setup": {"broker-mesos"},
         "mesos-master": {"mesos-credentials"},
         "grafana": {"grafana-admin"},
@@ -287,6 +293,98 @@ def test_secrets_are_drawn_at_first_start_kept_and_mounted_only_where_needed(
         == json.loads(credential.read_text())
         != json.loads(first[credential])
     )
+
+
+def _handshake(cert: Path, key: Path, ca: Path, name: str) -> None:
+    """A TLS handshake in memory: a client trusting only `ca`, asking for `name`."""
+    import ssl
+
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert, key)
+    client = ssl.create_default_context(cafile=str(ca))
+    a, b = ssl.MemoryBIO(), ssl.MemoryBIO()
+    ends = [client.wrap_bio(a, b, server_hostname=name), server.wrap_bio(b, a, server_side=True)]
+    for _ in range(10):
+        finished = 0
+        for end in ends:
+            try:
+                end.do_handshake()
+                finished += 1
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                pass
+        if finished == 2:
+            return
+    raise AssertionError("no handshake")
+
+
+def test_the_brokers_serve_tls_with_a_ca_drawn_at_first_start(
+    resolved: dict, tmp_path: Path
+) -> None:
+    """`secrets` draws a CA and a certificate for broker, broker-b, localhost and 127.0.0.1;
+    the brokers' configuration points at them, the clients get the CA alone; a real `serve`
+    with those files answers its own healthcheck script over HTTPS."""
+    import ssl
+
+    services = resolved["services"]
+    env = {k: str(v) for k, v in services["broker"]["environment"].items()}
+    config, _ = load_serve_config({}, None, env)
+    files = config.tls_files()
+    assert files is not None and files.ca is not None
+    assert services["client"]["environment"]["FAIRBROKER_CA_FILE"] == "/run/fairbroker-ca/ca.crt"
+    moved = run_secrets(resolved, tmp_path)
+    here = moved[str(files.cert.parent)]
+    cert, key, ca = here / files.cert.name, here / files.key.name, here / files.ca.name
+    client_ca = moved["/run/fairbroker-ca"] / "ca.crt"
+    assert sorted(p.name for p in here.iterdir()) == ["ca.crt", "tls.crt", "tls.key"]  # no CA key
+    assert client_ca.read_text() == ca.read_text() and "PRIVATE" not in client_ca.read_text()
+    assert key.stat().st_mode & 0o777 == 0o400
+    assert cert.stat().st_mode & 0o777 == ca.stat().st_mode & 0o777 == 0o444
+    if os.geteuid() == 0:
+        assert key.stat().st_uid == 10001
+    for name in ("broker", "broker-b", "localhost", "127.0.0.1"):
+        _handshake(cert, key, ca, name)
+    with pytest.raises(ssl.SSLCertVerificationError, match="mismatch"):
+        _handshake(cert, key, ca, "mesos-master")
+    another = run_secrets(resolved, tmp_path / "another")["/run/fairbroker-ca"] / "ca.crt"
+    with pytest.raises(ssl.SSLCertVerificationError, match="certificate verify failed"):
+        _handshake(cert, key, another, "broker")  # each cluster draws its own CA
+    first = {p: p.read_text() for p in (cert, key, ca)}
+    run_secrets(resolved, tmp_path)  # kept on a rerun
+    assert {p: p.read_text() for p in first} == first
+    key.unlink()
+    run_secrets(resolved, tmp_path)  # one missing: all three drawn anew, the copy follows
+    assert cert.read_text() != first[cert] and client_ca.read_text() == ca.read_text()
+
+    # a real broker with them, asked by the container's healthcheck script
+    port = free_port()
+    serve_env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRBROKER_")}
+    serve_env |= {"FAIRBROKER_TLS_CERT": str(cert), "FAIRBROKER_TLS_KEY": str(key),
+                  "FAIRBROKER_TLS_CA": str(ca), "FAIRBROKER_PORT": str(port)}  # fmt: skip
+    log = tmp_path / "serve.log"
+    serve = subprocess.Popen(
+        [str(Path(sys.executable).parent / "fairbroker"), "serve", "--grpc-port", "0",
+         "--no-metrics", "--sandbox", "none", "--state-dir", str(tmp_path / "state")],
+        env=serve_env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
+    )  # fmt: skip
+    check = [sys.executable, str(DOCKER / "broker" / "healthcheck.py")]
+    try:
+        wait_for(
+            lambda: serve.poll() is not None
+            or subprocess.run(check, env=serve_env, capture_output=True, timeout=30).returncode
+            == 0,
+            90, "the healthcheck over HTTPS",
+        )  # fmt: skip
+        assert serve.poll() is None, log.read_text()
+        plain = {k: v for k, v in serve_env.items() if not k.startswith("FAIRBROKER_TLS")}
+        done = subprocess.run(check, env=plain, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 1, "plain HTTP must not pass against a TLS broker"
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        try:
+            serve.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+            serve.wait()
 
 
 def test_agents_share_a_network_with_the_master_and_the_drivers_only(resolved: dict) -> None:

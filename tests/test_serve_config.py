@@ -78,7 +78,7 @@ def test_every_option_has_an_environment_variable() -> None:
         "reclaim_per_run": "2", "reclaim_per_minute": "9", "protected_groups": "prod, etl",
         "ha": None,
         "sandbox": "bwrap", "sandbox_user": "fbexec", "sandbox_hide": "/srv/a, /srv/b",
-        "tls_cert": "/srv/tls.crt", "tls_key": "/srv/tls.key",
+        "tls_cert": "/srv/tls.crt", "tls_key": "/srv/tls.key", "tls_ca": "/srv/ca.crt",
     }  # fmt: skip
     assert set(samples) == set(ServeConfig.model_fields)
     env = {f"FAIRBROKER_{k.upper()}": v for k, v in samples.items() if v is not None}

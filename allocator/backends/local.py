@@ -5,7 +5,9 @@ directory and a capacity that exists only in the broker's accounting. A launch s
 Spark executor (`CoarseGrainedExecutorBackend` via `spark-class`) as a subprocess in its own
 process group; its heap (-Xmx) is the launch's heap, never more than its accounted memory.
 An executor counts as RUNNING once its log says it registered with its driver. Executors run
-in the sandbox of `allocator/backends/sandbox.py` (bubblewrap or an unprivileged user).
+in the sandbox of `allocator/backends/sandbox.py` (bubblewrap or an unprivileged user), each
+in a cgroup of its own holding it to its accounted memory and CPUs where the broker may create
+cgroups (`allocator/backends/cgroups.py`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from allocator.backends.base import (
     LaunchSpec,
     TaskStatus,
 )
+from allocator.backends.cgroups import CgroupTree, ExecutorCgroup, Limits, cgroup_name, discover
 from allocator.backends.executor import ExecutorEnvPolicy, executor_launch
 from allocator.backends.sandbox import Sandbox, SandboxConfig, SandboxError, resolve_sandbox
 from allocator.errors import FairbrokerError
@@ -41,6 +44,10 @@ REGISTERED_MARK = b"Successfully registered with driver"
 MARKER = "FAIRBROKER_EXECUTOR"
 POLL_SECONDS = 0.2
 KILL_GRACE_SECONDS = 5.0
+# Under cgroup limits the executor waits at this gate until the broker has moved it into its
+# cgroup, so nothing it runs (not even bubblewrap's first fork) starts outside the limits.
+# The gate is the child's standard input (a pipe), /dev/null again once it is open.
+GATE = 'read -r go; [ "$go" = go ] || exit 125; exec </dev/null; exec "$@"'
 
 
 def spark_home() -> Path:
@@ -65,6 +72,28 @@ class _Process:
     log_offset: int = 0
     tail: bytes = field(default=b"", repr=False)
     wrapped: bool = False  # `pid` is bubblewrap's; the executor runs inside its namespaces
+    cgroup: ExecutorCgroup | None = None
+
+
+def _release(popen: subprocess.Popen, gate: tuple[int, int], cgroup: ExecutorCgroup) -> None:
+    """Move the gated child into its cgroup, then let it run; if it cannot be moved it
+    never runs the executor (it exits 125 on the closed gate) and the launch fails."""
+    os.close(gate[0])
+    try:
+        try:
+            cgroup.add(popen.pid)
+        except OSError as error:
+            raise FairbrokerError(
+                f"local cluster: cannot move the executor into its cgroup ({error})"
+            ) from None
+        os.write(gate[1], b"go\n")
+    except BaseException:
+        os.close(gate[1])
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(timeout=10)
+        cgroup.remove()
+        raise
+    os.close(gate[1])
 
 
 def _is_bwrap(pid: int) -> bool:
@@ -131,6 +160,7 @@ class LocalCluster:
         self._stop = threading.Event()
         self._monitor: threading.Thread | None = None
         self._found: dict[tuple[str, str], int] | None = None  # marked processes, at recovery
+        self._cgroups: CgroupTree | None = None  # set at start when limits are in force
         if not isinstance(sandbox, Sandbox):
             sandbox = resolve_sandbox(sandbox or SandboxConfig())
         self.sandbox = sandbox
@@ -144,12 +174,32 @@ class LocalCluster:
         self.sandbox.protect_state()
         for note in self.sandbox.notes:
             log.warning("%s", note)
+        self._start_limits()
         try:  # the default PYSPARK_PYTHON: a tenant's Python tasks would fail at their start
             self.sandbox.check_reachable(Path(sys.executable), "the executors' Python")
         except SandboxError as error:
             log.warning("%s (PySpark tasks will fail; docs/security.md)", error)
         self._monitor = threading.Thread(target=self._watch, name="local-cluster", daemon=True)
         self._monitor.start()
+
+    def _start_limits(self) -> None:
+        if self.sandbox.kind == "none" or not self.sandbox.config.cgroups:
+            return
+        wanted = ("memory", "pids", "cpu") if self.sandbox.config.cpu_limits else ("memory", "pids")
+        found = discover(self.workdir, controllers=wanted)
+        if isinstance(found, str):
+            log.warning(
+                "executor limits: %s; memory and CPU are not enforced by the kernel, only "
+                "prlimit's (docs/security.md, Resource limits)", found,
+            )  # fmt: skip
+            return
+        self._cgroups = found
+        log.info("executor limits: %s", found.describe())
+
+    @property
+    def limits_in_force(self) -> str | None:
+        """The cgroups holding executors to their grant, in words; None when there are none."""
+        return self._cgroups.describe() if self._cgroups is not None else None
 
     def agents(self) -> list[AgentInfo]:
         return list(self._agents)
@@ -180,24 +230,56 @@ class LocalCluster:
         directory.mkdir(parents=True, exist_ok=True)
         self.sandbox.prepare(directory, self.workdir)
         log_path = directory / "stderr"
-        with open(directory / "stdout", "wb") as out, open(log_path, "wb") as err:
-            for path in (directory / "stdout", log_path):
-                self.sandbox.own(path)
-            popen = subprocess.Popen(
-                self.sandbox.wrap(command.argv, directory, keep=[self.home]),
-                cwd=directory,
-                env=command.environment,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-                **self.sandbox.popen_options(),
-            )
+        argv = self.sandbox.wrap(command.argv, directory, keep=[self.home])
+        cgroup = self._cgroup_for(spec)
+        gate = os.pipe() if cgroup is not None else None
+        if gate is not None:
+            argv = ["/bin/sh", "-c", GATE, "fairbroker-gate", *argv]
+        try:
+            with open(directory / "stdout", "wb") as out, open(log_path, "wb") as err:
+                for path in (directory / "stdout", log_path):
+                    self.sandbox.own(path)
+                popen = subprocess.Popen(
+                    argv,
+                    cwd=directory,
+                    env=command.environment,
+                    stdin=gate[0] if gate is not None else subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                    **self.sandbox.popen_options(),
+                )
+        except BaseException:
+            if gate is not None:
+                os.close(gate[0])
+                os.close(gate[1])
+            if cgroup is not None:
+                cgroup.remove()
+            raise
+        if gate is not None and cgroup is not None:
+            _release(popen, gate, cgroup)
         with self._lock:
             self._procs[(spec.tenant_id, spec.executor_id)] = _Process(
-                spec, popen.pid, log_path, popen, wrapped=self.sandbox.wraps
+                spec, popen.pid, log_path, popen, wrapped=self.sandbox.wraps, cgroup=cgroup
             )
         return str(popen.pid)
+
+    def _cgroup_for(self, spec: LaunchSpec) -> ExecutorCgroup | None:
+        """The executor's cgroup with its grant as limits (None: no limits in force)."""
+        if self._cgroups is None:
+            return None
+        memory = spec.resources.get("mem", float(spec.heap_mib))
+        limits = Limits(
+            memory_bytes=int(memory * 1024 * 1024),
+            cpus=float(spec.resources.get("cpus", spec.cores)),
+            pids=self.sandbox.config.pids,
+        )
+        try:
+            return self._cgroups.create(cgroup_name(spec.tenant_id, spec.executor_id), limits)
+        except OSError as error:
+            raise FairbrokerError(
+                f"local cluster: cannot create the executor's cgroup ({error})"
+            ) from None
 
     def kill(self, tenant_id: str, executor_id: str) -> None:
         with self._lock:
@@ -219,7 +301,10 @@ class LocalCluster:
             return False
         directory = self.workdir / spec.agent / spec.tenant_id / f"executor-{spec.executor_id}"
         log_path = directory / "stderr"
-        proc = _Process(spec, pid, log_path, None, wrapped=_is_bwrap(pid))
+        cgroup = None
+        if self._cgroups is not None:
+            cgroup = self._cgroups.open(cgroup_name(spec.tenant_id, spec.executor_id))
+        proc = _Process(spec, pid, log_path, None, wrapped=_is_bwrap(pid), cgroup=cgroup)
         with self._lock:
             self._procs[(spec.tenant_id, spec.executor_id)] = proc
         return True
@@ -282,6 +367,10 @@ class LocalCluster:
                     proc.popen.wait(timeout=2)
                 except subprocess.TimeoutExpired:
                     log.warning("executor pid %d did not exit", proc.pid)
+            if proc.cgroup is not None:
+                proc.cgroup.remove()
+        if self._cgroups is not None:
+            self._cgroups.remove()  # only once empty: executors kept alive keep theirs
 
     def pids(self) -> dict[tuple[str, str], int]:
         with self._lock:
@@ -338,6 +427,13 @@ class LocalCluster:
                     state, message = ExecutorState.FAILED, "exited (adopted; exit code unknown)"
                 else:
                     state, message = ExecutorState.FAILED, f"exited with code {code}"
+                if proc.cgroup is not None:
+                    if proc.cgroup.oom_kills() and state is ExecutorState.FAILED:
+                        mem = proc.spec.resources.get("mem", proc.spec.heap_mib)
+                        message += (
+                            f": out of memory, killed by the kernel at its limit of {mem:g} MiB"
+                        )
+                    proc.cgroup.remove()  # and whatever it left running
                 with self._lock:
                     self._procs.pop(key, None)
                 out.append(TaskStatus(*key, state, message))

@@ -18,8 +18,11 @@ broker that runs beside it. Three kinds, the strongest available chosen by `auto
   each other's files: `user` alone does not separate tenants.
 - `none`: the executor runs as the broker's user beside it (a loud warning).
 
-Every sandboxed executor also gets resource limits: no core files and a bounded number of
-open files (`prlimit`).
+Every sandboxed executor also gets resource limits: no core files, a bounded number of open
+files and of processes of its user (`prlimit`), and where the kernel lets the broker create
+cgroups, its accounted memory, CPUs and a process count (`allocator/backends/cgroups.py`).
+There is no address-space limit (RLIMIT_AS): a JVM reserves far more address space than it
+uses and fails to start under one near its memory (docs/security.md).
 """
 
 from __future__ import annotations
@@ -63,6 +66,15 @@ class SandboxConfig:
     state_dir: Path | None = None  # hidden (bwrap) or closed (user) to executors
     hide: tuple[Path, ...] = ()  # more paths executors must not see (bwrap)
     nofile: int = 65536  # open files per executor process
+    # processes and threads of the executors' user (RLIMIT_NPROC counts all of that user's,
+    # every executor's together: a backstop against a fork bomb, not a per-executor share)
+    nproc: int = 16384
+    cgroups: bool = True  # per-executor cgroup limits where the broker may create cgroups
+    # the cpu controller too (quota and weight by cores). Off by default: in a cpu cgroup an
+    # executor is one scheduling entity, starved beside a host's ungrouped busy processes
+    # (docs/security.md, Resource limits)
+    cpu_limits: bool = False
+    pids: int = 4096  # processes and threads per executor (cgroup pids controller)
     bwrap: str = "bwrap"
 
 
@@ -144,8 +156,12 @@ class Sandbox:
         hidden path or the private /tmp covers them."""
         if self.kind == "none":
             return list(argv)
-        nofile = min(self.config.nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
-        limited = ["prlimit", "--core=0", f"--nofile={nofile}", "--", *argv]
+        nofile = _within_hard(resource.RLIMIT_NOFILE, self.config.nofile)
+        nproc = _within_hard(resource.RLIMIT_NPROC, self.config.nproc)
+        limited = [
+            "prlimit", "--core=0", f"--nofile={nofile}", f"--nproc={nproc}",
+            "--", *argv,
+        ]  # fmt: skip
         if self.kind == "user":
             return limited
         assert self.bwrap_path is not None
@@ -178,6 +194,12 @@ class Sandbox:
     def _hidden(self) -> list[Path]:
         paths = [self.config.state_dir, *self.config.hide]
         return [Path(p).resolve() for p in paths if p is not None]
+
+
+def _within_hard(which: int, wanted: int) -> int:
+    """`wanted`, or the broker's hard limit if lower (an unprivileged broker cannot raise it)."""
+    hard = resource.getrlimit(which)[1]
+    return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
 
 
 def _current_user() -> str:

@@ -5,6 +5,9 @@ The broker serves the same API on HTTP/JSON (default 7080, the Spark plugin's) a
 (default 7081). `status` and `configure` ask /healthz first: an HTTP broker there is used
 through its JSON API, anything else is tried as gRPC. `submit` needs the HTTP port (Spark
 talks HTTP); given the gRPC port it says so.
+
+A broker serving TLS (`tls_cert`) is reached with `ca_file`: the PEM file of the CA
+certificates to trust (and nothing else); the host name is checked against its certificate.
 """
 
 from __future__ import annotations
@@ -12,8 +15,11 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import socket
+import ssl
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from allocator.broker.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT
@@ -31,16 +37,37 @@ class BrokerUnavailable(BrokerAddressError):
     standby under --ha, which names the leader)."""
 
 
+CaFile = str | Path | None
+
+
+def tls_context(ca_file: CaFile) -> ssl.SSLContext | None:
+    """A client context trusting only the CA certificates in `ca_file` (None: plain text)."""
+    if ca_file is None:
+        return None
+    try:
+        return ssl.create_default_context(cafile=str(ca_file))
+    except (OSError, ssl.SSLError) as error:
+        raise BrokerAddressError(
+            f"--ca-file {ca_file}: not a readable PEM file ({error})"
+        ) from None
+
+
+def _scheme(ca_file: CaFile) -> str:
+    return "https" if ca_file is not None else "http"
+
+
 def _http(address: str, method: str, path: str, body: dict | None, token: str | None,
-          timeout: float) -> tuple[int, Any]:  # fmt: skip
+          timeout: float, ca_file: CaFile = None) -> tuple[int, Any]:  # fmt: skip
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://{address}{path}", data=data, method=method)
+    url = f"{_scheme(ca_file)}://{address}{path}"
+    request = urllib.request.Request(url, data=data, method=method)
     if data is not None:
         request.add_header("Content-Type", "application/json")
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
+        context = tls_context(ca_file)
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as reply:
             return reply.status, json.loads(reply.read() or b"null")
     except urllib.error.HTTPError as error:
         try:
@@ -49,41 +76,73 @@ def _http(address: str, method: str, path: str, body: dict | None, token: str | 
             return error.code, None
 
 
-def is_http_broker(address: str) -> bool:
+def _unverified(error: BaseException, address: str, ca_file: CaFile) -> None:
+    """A certificate that does not verify against `ca_file` is said as such, not as
+    "no broker here"."""
+    reason = getattr(error, "reason", error)
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        raise BrokerAddressError(
+            f"broker at {address}: its certificate does not verify against --ca-file "
+            f"{ca_file} ({reason.verify_message})"
+        ) from None
+
+
+def is_http_broker(address: str, ca_file: CaFile = None) -> bool:
     """A fairbroker HTTP API answers /healthz at `address` (healthy or not: a Mesos broker
     that is not subscribed answers 503 with ok false)."""
     try:
-        status, body = _http(address, "GET", "/healthz", None, None, PROBE_SECONDS)
-    except (OSError, ValueError, http.client.HTTPException):  # refused, not HTTP, not JSON
+        status, body = _http(address, "GET", "/healthz", None, None, PROBE_SECONDS, ca_file)
+    except (OSError, ValueError, http.client.HTTPException) as error:  # refused, not HTTP
+        _unverified(error, address, ca_file)
         return False
     return status in (200, 503) and isinstance(body, dict) and isinstance(body.get("ok"), bool)
 
 
-def is_metrics_port(address: str) -> bool:
+def speaks_tls(address: str) -> bool:
+    """Does the port at `address` complete a TLS handshake (certificate not checked: this
+    only tells a TLS broker from a plain one, to name the missing --ca-file)?"""
+    host, _, port = address.rpartition(":")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    name = host.strip("[]")
+    try:
+        with (
+            socket.create_connection((name, int(port)), PROBE_SECONDS) as raw,
+            context.wrap_socket(raw, server_hostname=name),
+        ):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def is_metrics_port(address: str, ca_file: CaFile = None) -> bool:
     """The broker's Prometheus exporter answers at `address` (the port users mistake for
     the API's, as it is the third of the three)."""
+    url = f"{_scheme(ca_file)}://{address}/metrics"
     try:
-        with urllib.request.urlopen(f"http://{address}/metrics", timeout=PROBE_SECONDS) as reply:
+        context = tls_context(ca_file)
+        with urllib.request.urlopen(url, timeout=PROBE_SECONDS, context=context) as reply:
             head = reply.read(1 << 20)
     except (OSError, ValueError, http.client.HTTPException):
         return False
     return b"fairbroker_" in head
 
 
-def _not_the_metrics_port(address: str, use: str) -> None:
-    if is_metrics_port(address):
+def _not_the_metrics_port(address: str, use: str, ca_file: CaFile = None) -> None:
+    if is_metrics_port(address, ca_file):
         raise BrokerAddressError(
             f"--broker {address}: that is the broker's metrics port (Prometheus); {use}"
         )
 
 
-def is_grpc_broker(address: str) -> bool:
+def is_grpc_broker(address: str, ca_file: CaFile = None) -> bool:
     """A fairbroker gRPC API answers at `address` (even if it then wants a token)."""
     import grpc
 
     from allocator.broker.client import BrokerCallError, BrokerClient
 
-    with BrokerClient(address, timeout=PROBE_SECONDS) as client:
+    with BrokerClient(address, timeout=PROBE_SECONDS, ca_file=ca_file) as client:
         try:
             client.allocation()
         except BrokerCallError as error:
@@ -96,15 +155,18 @@ def is_grpc_broker(address: str) -> bool:
 class HttpBrokerClient:
     """`status` and `configure` over the HTTP/JSON API (same messages as gRPC)."""
 
-    def __init__(self, address: str, token: str | None, timeout: float = 10.0) -> None:
+    def __init__(
+        self, address: str, token: str | None, timeout: float = 10.0, ca_file: CaFile = None
+    ) -> None:
         self.address, self.token, self.timeout = address, token, timeout
+        self.ca_file = ca_file
 
     def _call(self, name: str, body: dict, reply_type: type) -> Any:
         from google.protobuf import json_format
 
         try:
             status, data = _http(self.address, "POST", f"/v1/{name}", body, self.token,
-                                 self.timeout)  # fmt: skip
+                                 self.timeout, self.ca_file)  # fmt: skip
         except (OSError, ValueError, http.client.HTTPException) as error:
             raise BrokerUnavailable(f"broker at {self.address}: {error}") from None
         if status != 200:
@@ -159,8 +221,8 @@ class LeaderClient:
     goes to the addresses in turn until one serves it; a standby or a broker that does not
     answer passes it on. When none serves, the error names every address's answer."""
 
-    def __init__(self, addresses: list[str], token: str | None) -> None:
-        self._clients = [api_client(address, token) for address in addresses]
+    def __init__(self, addresses: list[str], token: str | None, ca_file: CaFile = None) -> None:
+        self._clients = [api_client(address, token, ca_file) for address in addresses]
 
     def __getattr__(self, name: str) -> Any:
         from allocator.broker.client import BrokerCallError
@@ -188,47 +250,60 @@ class LeaderClient:
             client.__exit__(*exc)
 
 
-def api_client(address: str, token: str | None):
+def api_client(address: str, token: str | None, ca_file: CaFile = None):
     """A client for `status`/`configure`/`explain`: HTTP if the address is the broker's HTTP
     port, gRPC otherwise (its errors name the address when nothing answers); several
-    comma-separated addresses (--ha) give a `LeaderClient` over them."""
+    comma-separated addresses (--ha) give a `LeaderClient` over them. With `ca_file` both
+    speak TLS, trusting that CA."""
     if "," in address:
-        return LeaderClient([a.strip() for a in address.split(",")], token)
+        return LeaderClient([a.strip() for a in address.split(",")], token, ca_file)
     check_host_port(address)
-    if is_http_broker(address):
-        return HttpBrokerClient(address, token)
+    if is_http_broker(address, ca_file):
+        return HttpBrokerClient(address, token, ca_file=ca_file)
+    if ca_file is None and speaks_tls(address):
+        raise BrokerAddressError(
+            f"broker at {address} speaks TLS: give --ca-file (the CA certificate that issued "
+            "its certificate; env FAIRBROKER_CA_FILE, or tls_ca in --config)"
+        )
     _not_the_metrics_port(
-        address, f"use its HTTP ({DEFAULT_HTTP_PORT}) or gRPC ({DEFAULT_GRPC_PORT}) port"
+        address, f"use its HTTP ({DEFAULT_HTTP_PORT}) or gRPC ({DEFAULT_GRPC_PORT}) port", ca_file
     )
     from allocator.broker.client import BrokerClient
 
-    return BrokerClient(address, token=token)
+    return BrokerClient(address, token=token, ca_file=ca_file)
 
 
-def check_submit_token(address: str, token: str | None) -> None:
+def check_submit_token(address: str, token: str | None, ca_file: CaFile = None) -> None:
     """Ask the broker whether it takes `token` (a read of its allocation), so that a missing
     or wrong token is one line before Spark starts, not a stack trace from the driver."""
-    status, _ = _http(address, "GET", "/v1/GetAllocation", None, token, PROBE_SECONDS)
+    status, _ = _http(address, "GET", "/v1/GetAllocation", None, token, PROBE_SECONDS, ca_file)
     if status == 401:
         how = "a wrong token" if token else "no token (--token or FAIRBROKER_TOKEN)"
         raise BrokerAddressError(f"the broker at {address} refuses {how}")
 
 
-def check_submit_address(addresses: str | list[str]) -> str:
+def check_submit_address(addresses: str | list[str], ca_file: CaFile = None) -> str:
     """`submit` goes to the broker's HTTP port: refuse its gRPC port, or no broker, up front.
     Of several addresses (--ha), the first where a broker answers (leader or standby) is
     returned; if none does, the first one's problem is raised."""
     if isinstance(addresses, list):
         for address in addresses:
-            if is_http_broker(address):
+            if is_http_broker(address, ca_file):
                 return address
         address = addresses[0]
     else:
         address = addresses
-    if is_http_broker(address):
+    if is_http_broker(address, ca_file):
         return address
-    _not_the_metrics_port(address, f"submit uses its HTTP port (default {DEFAULT_HTTP_PORT})")
-    if is_grpc_broker(address):
+    if ca_file is None and speaks_tls(address):
+        raise BrokerAddressError(
+            f"--broker {address} speaks TLS: give --ca-file (the CA certificate that issued "
+            "its certificate; env FAIRBROKER_CA_FILE)"
+        )
+    _not_the_metrics_port(
+        address, f"submit uses its HTTP port (default {DEFAULT_HTTP_PORT})", ca_file
+    )
+    if is_grpc_broker(address, ca_file):
         raise BrokerAddressError(
             f"--broker {address}: that is the broker's gRPC port; submit uses its HTTP port "
             f"(default {DEFAULT_HTTP_PORT}; gRPC is {DEFAULT_GRPC_PORT})"

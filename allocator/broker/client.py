@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
 
 from allocator.broker.proto import pb, pb_grpc
@@ -15,11 +17,28 @@ class BrokerCallError(FairbrokerError):
 
 
 class BrokerClient:
-    """`BrokerClient("127.0.0.1:7081", token=...)`; every call raises BrokerCallError."""
+    """`BrokerClient("127.0.0.1:7081", token=...)`; every call raises BrokerCallError. With
+    `ca_file` (PEM) it speaks TLS to the broker, trusting only those CA certificates."""
 
-    def __init__(self, target: str, token: str | None = None, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        target: str,
+        token: str | None = None,
+        timeout: float = 10.0,
+        ca_file: str | Path | None = None,
+    ) -> None:
         self.target = target
-        self._channel = grpc.insecure_channel(target)
+        if ca_file is None:
+            self._channel = grpc.insecure_channel(target)
+        else:
+            try:
+                roots = Path(ca_file).read_bytes()
+            except OSError as error:
+                raise BrokerCallError(
+                    "INVALID_ARGUMENT", f"--ca-file {ca_file}: {error.strerror}"
+                ) from None
+            credentials = grpc.ssl_channel_credentials(root_certificates=roots)
+            self._channel = grpc.secure_channel(target, credentials)
         self._stub = pb_grpc.TenantServiceStub(self._channel)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self.timeout = timeout

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import click
 
@@ -13,8 +16,10 @@ from allocator.broker.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT
 from allocator.cli.engine_options import engine_flags, engine_options
 from allocator.cli.option_types import ADMISSION_OPTION, FiniteFloat, LazyChoice
 from allocator.engine_config import RECLAIM_FIELDS
+from allocator.errors import FairbrokerError
 
 TOKEN_ENV = "FAIRBROKER_TOKEN"
+CA_FILE_ENV = "FAIRBROKER_CA_FILE"  # the Spark plugin reads the same variable
 
 
 def _choice(values: list[str]) -> click.Choice:
@@ -119,6 +124,11 @@ def serve_options(func):
         click.option(
             "--tls-key", type=click.Path(dir_okay=False), default=None,
             help="The PEM private key of --tls-cert (hidden from executors).",
+        ),
+        click.option(
+            "--tls-ca", type=click.Path(dir_okay=False), default=None,
+            help="The PEM certificate of the CA that issued --tls-cert: checked at start; "
+            "status/configure/explain --config trust it.",
         ),
         click.option(
             "--token", default=None,
@@ -227,10 +237,43 @@ def serve(ctx: click.Context, config_file: str | None, print_config: bool, **fla
     run(config)
 
 
-def _client(broker: str, token: str | None):
+@dataclass(frozen=True)
+class BrokerTarget:
+    """Where a client command goes and how: address(es), token, CA certificate (TLS)."""
+
+    broker: str
+    token: str | None = None
+    ca_file: str | None = None
+
+
+def _client(target: BrokerTarget):
     from allocator.broker.address import api_client
 
-    return api_client(broker, token)
+    return api_client(target.broker, target.token, target.ca_file)
+
+
+def broker_target(
+    broker: str | None, token: str | None, ca_file: str | None, config_file: str | None
+) -> BrokerTarget:
+    """The options given, else what serve's configuration file says (its address on this
+    host, token_file, tls_ca), else the defaults."""
+    default = f"127.0.0.1:{DEFAULT_HTTP_PORT}"
+    if config_file is None:
+        return BrokerTarget(broker or default, token, ca_file)
+    from allocator.cli.serve_config import ConfigError, load_serve_config
+
+    try:
+        config, _ = load_serve_config({}, config_file, {})  # the file alone
+        file_token = None if token else config.read_token()
+    except (ConfigError, FairbrokerError) as error:
+        raise click.BadParameter(str(error), param_hint="--config") from None
+    host = config.host if config.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    return BrokerTarget(
+        broker or f"{host}:{config.port}",
+        token or file_token,
+        ca_file or (str(config.tls_ca) if config.tls_ca else None),
+    )
 
 
 BROKER_HELP = (
@@ -305,12 +348,37 @@ _TOKEN = click.option(
 
 
 def _broker_address(command: Callable) -> Callable:
-    """--broker and --token of the commands that talk to a running broker."""
-    command = _TOKEN(command)
-    return click.option(
-        "--broker", envvar="FAIRBROKER_BROKER", default=f"127.0.0.1:{DEFAULT_HTTP_PORT}",
-        show_default=True, help=BROKER_HELP + " Env FAIRBROKER_BROKER.",
-    )(command)  # fmt: skip
+    """--broker, --token, --ca-file and --config of the commands that talk to a running
+    broker, handed to the command as one `target: BrokerTarget`."""
+
+    @functools.wraps(command)
+    def with_target(*args, broker, token, ca_file, config_file, **kwargs):
+        target = broker_target(broker, token, ca_file, config_file)
+        return command(*args, target=target, **kwargs)
+
+    options = [
+        click.option(
+            "--broker", envvar="FAIRBROKER_BROKER", default=None,
+            show_default=f"127.0.0.1:{DEFAULT_HTTP_PORT}",
+            help=BROKER_HELP + " Env FAIRBROKER_BROKER.",
+        ),
+        _TOKEN,
+        click.option(
+            "--ca-file", envvar=CA_FILE_ENV, type=click.Path(dir_okay=False, exists=True),
+            default=None,
+            help=f"Speak TLS to the broker, trusting the CA certificate(s) in this PEM file "
+            f"(a broker serving tls_cert). Env {CA_FILE_ENV}.",
+        ),
+        click.option(
+            "--config", "config_file", envvar="FAIRBROKER_CONFIG",
+            type=click.Path(dir_okay=False, exists=True), default=None,
+            help="serve's configuration file: the broker's port, token_file and tls_ca are "
+            "taken from it unless given here. Env FAIRBROKER_CONFIG.",
+        ),
+    ]  # fmt: skip
+    for option in reversed(options):
+        with_target = option(with_target)
+    return with_target
 
 
 @click.command()
@@ -320,11 +388,11 @@ def _broker_address(command: Callable) -> Callable:
     "--master", default=None,
     help="Also show the Mesos master's own view (HOST:5050): agents, frameworks, DRF shares.",
 )  # fmt: skip
-def status(broker: str, token: str | None, as_json: bool, master: str | None) -> None:
+def status(target: BrokerTarget, as_json: bool, master: str | None) -> None:
     """Show the broker's current allocation: tenants and agents."""
     from google.protobuf import json_format
 
-    with _client(broker, token) as client:
+    with _client(target) as client:
         allocation = client.allocation()
     if as_json:
         click.echo(json_format.MessageToJson(allocation))
@@ -348,7 +416,7 @@ def status(broker: str, token: str | None, as_json: bool, master: str | None) ->
     help="Clear the protected groups: every group's executors may be reclaimed.",
 )  # fmt: skip
 def configure(
-    broker: str, token: str | None, role_weights: tuple[str, ...],
+    target: BrokerTarget, role_weights: tuple[str, ...],
     protected_groups: tuple[str, ...], no_protected_groups: bool, **changes,
 ) -> None:  # fmt: skip
     """Change a running broker's scheduler, mode, selection, level, trigger, ties, group
@@ -363,7 +431,7 @@ def configure(
         raise click.UsageError("--protected-group and --no-protected-groups together")
     if protected_groups or no_protected_groups:
         changes["protected_groups"] = pb.GroupList(groups=protected_groups)
-    with _client(broker, token) as client:
+    with _client(target) as client:
         info = client.configure(
             **{k: v for k, v in changes.items() if v is not None}, role_weights=weights
         )
@@ -412,6 +480,14 @@ def render_reclaim(info) -> str:
 )
 @_TOKEN
 @click.option(
+    "--ca-file",
+    envvar=CA_FILE_ENV,
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help=f"--broker serves TLS: trust the CA certificate(s) in this PEM file (the drivers "
+    f"too). Env {CA_FILE_ENV}.",
+)
+@click.option(
     "--job-timeout",
     type=FiniteFloat(min=1),
     default=600.0,
@@ -427,8 +503,9 @@ def render_reclaim(info) -> str:
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def batch(
-    scenario: str, engine, out: str, broker: str | None, token: str | None, job_timeout: float,
-    metrics_port: int | None, admission: str | None, quiet: bool, as_json: bool,
+    scenario: str, engine, out: str, broker: str | None, token: str | None,
+    ca_file: str | None, job_timeout: float, metrics_port: int | None, admission: str | None,
+    quiet: bool, as_json: bool,
 ) -> None:  # fmt: skip
     """Run SCENARIO's Spark job batches (queues of jobs per group) through the broker.
 
@@ -452,7 +529,9 @@ def batch(
     # A group's weight is its role's weight, in the simulator and here alike.
     engine = engine.with_default_role_weights(spec.role_weights())
     if broker is not None:
-        _check_running_broker(broker, token, engine)
+        if ca_file is not None:  # the drivers' plugin reads it from their environment
+            os.environ[CA_FILE_ENV] = str(Path(ca_file).resolve())
+        _check_running_broker(BrokerTarget(broker, token, ca_file), engine)
     workdir = prepare_output_dir(out, "--out")
     service = None
     if broker is None:
@@ -512,7 +591,7 @@ def batch(
         raise click.ClickException(f"{len(result.failures)} job(s) failed; see their logs")
 
 
-def _check_running_broker(broker: str, token: str | None, engine) -> None:
+def _check_running_broker(target: BrokerTarget, engine) -> None:
     """With --broker the broker's own configuration decides: refuse engine options that
     would be ignored, and group weights the broker does not hold."""
     from allocator.engine_config import EngineConfig
@@ -524,14 +603,14 @@ def _check_running_broker(broker: str, token: str | None, engine) -> None:
             "`fairbroker configure` instead of giving engine options here"
         )
     wanted = {g: w for g, w in engine.role_weights.items() if w != 1.0}
-    with _client(broker, token) as client:
+    with _client(target) as client:
         held = dict(client.allocation().broker.role_weights)
     missing = {g: w for g, w in wanted.items() if held.get(g, 1.0) != w}
     if missing:
         flags = " ".join(f"--role-weight {g}={w:g}" for g, w in sorted(missing.items()))
         raise click.UsageError(
             f"the batch's group weights are not the broker's; run `fairbroker configure "
-            f"--broker {broker} {flags}` (or start it with them) first"
+            f"--broker {target.broker} {flags}` (or start it with them) first"
         )
 
 
@@ -539,7 +618,7 @@ def _check_running_broker(broker: str, token: str | None, engine) -> None:
 @click.argument("tenant")
 @_broker_address
 @click.option("--json", "as_json", is_flag=True, help="The explanation as JSON.")
-def explain(tenant: str, broker: str, token: str | None, as_json: bool) -> None:
+def explain(tenant: str, target: BrokerTarget, as_json: bool) -> None:
     """Why TENANT waits: its fair share, the criterion value that orders it, and for every
     agent why it gets no executor there (constraint, resting, limit, refused, full,
     waiting_turn), with the last grants and reclaims that touched it."""
@@ -547,7 +626,7 @@ def explain(tenant: str, broker: str, token: str | None, as_json: bool) -> None:
 
     from allocator.explain import render
 
-    with _client(broker, token) as client:
+    with _client(target) as client:
         answer = client.explain(tenant)
     data = json_format.MessageToDict(
         answer, preserving_proto_field_name=True, always_print_fields_with_no_presence=True

@@ -123,6 +123,9 @@ def run(config: ServeConfig) -> None:
     sandbox = getattr(backend, "sandbox", None)
     if sandbox is not None:
         click.echo(f"fairbroker: executor sandbox: {sandbox.describe()}", err=True)
+        limits = getattr(backend, "limits_in_force", None)
+        if limits:
+            click.echo(f"fairbroker: executor limits: {limits}", err=True)
     standby = f" as a standby until elected in {config.ha}" if config.ha else ""
     click.echo(
         f"fairbroker: serving{standby} on {scheme}://{service.http_address} (Spark master "

@@ -48,7 +48,9 @@ from allocator.scenarios.files import read_yaml
 ENV_PREFIX = "FAIRBROKER_"
 CONFIG_ENV = "FAIRBROKER_CONFIG"
 MASK = "********"
-_PATH_KEYS = ("state_dir", "cluster", "token_file", "secret_file", "tls_cert", "tls_key")
+_PATH_KEYS = (
+    "state_dir", "cluster", "token_file", "secret_file", "tls_cert", "tls_key", "tls_ca",
+)  # fmt: skip
 #: Flags not spelt --<key with dashes> (serve's own, and the engine's from EngineConfig).
 _FLAGS = {"roles": "--role", "limits": "--limit"} | {
     f.name: setting_of(f).flag for f in fields(EngineConfig) if setting_of(f).flag
@@ -122,6 +124,9 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
     # TLS on the tenant API (HTTP and gRPC) and /metrics: PEM certificate (chain) and key
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    # the CA certificate that issued tls_cert: checked against it at start, and what
+    # `fairbroker status|configure|explain --config FILE` trust
+    tls_ca: Path | None = None
     lease: float = Field(30.0, ge=1, allow_inf_nan=False)
     log_level: Literal["debug", "info", "warning"] = "info"
     # what tenants may put in their executors' environment (docs/security.md)
@@ -197,6 +202,8 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
             raise ValueError("principal: principal and secret_file go together")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert: tls_cert and tls_key go together")
+        if self.tls_ca is not None and self.tls_cert is None:
+            raise ValueError("tls_ca: the CA of tls_cert; give tls_cert and tls_key too")
         if self.token is not None and self.token_file is not None:
             raise ValueError("token: give token or token_file, not both")
         if self.metrics_token and self.token is None and self.token_file is None:
@@ -248,7 +255,7 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
     def tls_files(self) -> TlsFiles | None:
         if self.tls_cert is None or self.tls_key is None:
             return None
-        return TlsFiles(self.tls_cert, self.tls_key)
+        return TlsFiles(self.tls_cert, self.tls_key, self.tls_ca)
 
     def read_token(self) -> str | None:
         if self.token_file is not None:
