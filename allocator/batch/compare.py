@@ -13,7 +13,9 @@ launched, before the next run starts or an error or Ctrl-C propagates.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,6 +145,34 @@ def predict(
     return predicted
 
 
+SANDBOX_NOTE = (
+    "SANDBOX OFF (once for both runs): compare's executors run as this user beside the "
+    "brokers it starts for this batch alone, on loopback, each stopped with every executor "
+    "after its run; the cluster is emulated on this one machine and the apps are the ones "
+    "the scenario names, not a tenant's code. A broker serving tenants runs them in the "
+    "sandbox (fairbroker serve --sandbox auto, docs/security.md)."
+)
+
+
+class _NoSandboxWarning(logging.Filter):
+    """Drops the embedded cluster's per-start SANDBOX OFF warning: compare says it once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("SANDBOX OFF")
+
+
+@contextmanager
+def _sandbox_said_once(say: Callable[[str], None]) -> Iterator[None]:
+    say(SANDBOX_NOTE)
+    logger = logging.getLogger("allocator.backends.local")
+    quiet = _NoSandboxWarning()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
 def run_compare(
     spec: BatchSpec,
     batch_path: str,
@@ -160,19 +190,21 @@ def run_compare(
     run's result.json), then the prediction; compare.json's content."""
     engine = base.with_default_role_weights(spec.role_weights())
     summaries = []
-    for run in runs:
-        say(f"fairbroker: {spec.name}: live run under {run.label} ({len(spec.agents)} agents)")
-        result, opened_after = run_live(
-            spec,
-            engine.replace(scheduler=run.scheduler, mode=run.mode),
-            workdir / run.slug,
-            job_timeout=job_timeout,
-            progress=progress,
-            submit=submit,
-        )
-        summary = run_summary(run, result, opened_after)
-        (workdir / run.slug / "result.json").write_text(json.dumps(summary["result"], indent=2))
-        summaries.append(summary)
+    with _sandbox_said_once(say):
+        for run in runs:
+            say(f"fairbroker: {spec.name}: live run under {run.label} ({len(spec.agents)} agents)")
+            result, opened_after = run_live(
+                spec,
+                engine.replace(scheduler=run.scheduler, mode=run.mode),
+                workdir / run.slug,
+                job_timeout=job_timeout,
+                progress=progress,
+                submit=submit,
+            )
+            summary = run_summary(run, result, opened_after)
+            path = workdir / run.slug / "result.json"
+            path.write_text(json.dumps(summary["result"], indent=2))
+            summaries.append(summary)
     say(f"fairbroker: {spec.name}: the simulator's prediction ({seeds} seeds)")
     return {
         "batch": batch_path,
