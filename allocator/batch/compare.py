@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -193,6 +194,7 @@ def run_compare(
     with _sandbox_said_once(say):
         for run in runs:
             say(f"fairbroker: {spec.name}: live run under {run.label} ({len(spec.agents)} agents)")
+            load_before = os.getloadavg()[0]
             result, opened_after = run_live(
                 spec,
                 engine.replace(scheduler=run.scheduler, mode=run.mode),
@@ -202,6 +204,8 @@ def run_compare(
                 submit=submit,
             )
             summary = run_summary(run, result, opened_after)
+            # the machine's other work slows every start-up (docs/emulation.md): say how busy
+            summary["machine_load"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
             path = workdir / run.slug / "result.json"
             path.write_text(json.dumps(summary["result"], indent=2))
             summaries.append(summary)
@@ -246,6 +250,7 @@ def render(data: dict[str, Any], emulation: str = "") -> str:
         ],
         ("fairness (Jain)", [_number(r["fairness"], 2) for r in runs]),
         ("jobs failed", [f"{r['jobs_failed']} of {r['jobs']}" for r in runs]),
+        ("machine load before/after", [_load(r.get("machine_load")) for r in runs]),
     ]
     lines = [f"{data['batch']}: live, side by side", f"{'':<24}{header}"]
     lines += [f"{name:<24}" + "".join(f"{c:>{width}}" for c in cells) for name, cells in rows]
@@ -255,6 +260,10 @@ def render(data: dict[str, Any], emulation: str = "") -> str:
     if emulation:
         lines.append(emulation)
     return "\n".join(lines)
+
+
+def _load(load: list[float] | None) -> str:
+    return "-" if not load else " / ".join(f"{x:.1f}" for x in load)
 
 
 def _predicted(p: dict[str, Any]) -> str:
