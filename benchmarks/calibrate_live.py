@@ -1,13 +1,16 @@
 """The phases of every job of a `fairbroker compare` run (make run), read from its Spark
-drivers' logs: what the simulator's job model (allocator.scenarios.batch.JobModel) is
-calibrated from. Run: `python -m benchmarks.calibrate_live results/run`.
+drivers' and executors' logs: what the simulator's job model (allocator.scenarios.batch.
+JobModel) is calibrated from. Run: `python -m benchmarks.calibrate_live results/run`.
 
 With `--scenario FILE`, the job models the runs suggest and the simulator's makespan with
-them beside each live one: startup_s is when the start barrier opened the cluster (mean of
-the runs; without a barrier, the drivers' mean registration time), serial_s the tail's mean
-over every job of the group in both runs, work stays the emulated work, and executor_start_s
-is fitted (one value for both groups) so that the predicted makespans of the runs sum to the
-live ones.
+them beside each live one (docs/emulation.md, "Calibration"): startup_s is when the start
+barrier opened the cluster (mean of the runs), serial_s the tail's mean over every job of
+the group in both runs, work stays the emulated work, and start_cpu_s, the CPU-seconds an
+executor's start costs on the `host:`'s cores, is fitted to the executors' own start-up
+times, not to the makespans: every executor's launch (its working directory's stdout,
+created at launch) and its first task's end less `task_s` (its stderr), replayed through
+the simulator's processor sharing (allocator.sim.host) at each candidate value, least
+squares.
 
 Per job, in seconds (Spark's log stamps have 1 s resolution):
 - startup: submitted until the driver registers with the broker (`startup_s`);
@@ -27,6 +30,8 @@ import re
 import statistics
 from datetime import UTC, datetime
 from pathlib import Path
+
+import numpy as np
 
 STAMP = r"^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d) "
 REGISTERING = re.compile(STAMP + r".*fairbroker: registering tenant", re.MULTILINE)
@@ -78,6 +83,86 @@ MODEL_PHASES = {"startup_s": "startup_s", "executor_start_s": "executor_start_s"
                 "serial_s": "tail_s"}  # fmt: skip
 
 
+APP_ID = re.compile(r"registering tenant (\S+)")
+EXECUTOR_REGISTERED = re.compile(STAMP + r".*Successfully registered with driver", re.MULTILINE)
+EXECUTOR_FINISHED = re.compile(STAMP + r".*Executor: Finished task", re.MULTILINE)
+
+
+def executor_starts(run: dict, task_s: dict[str, float]) -> list[dict[str, float | None]]:
+    """Every executor of one live run, in seconds from the run's start: `launched`, `ready`
+    (its first task's end less the group's task_s; None if it ran no task) and `left`
+    (when it stopped competing for the CPU without a task done: registered, or its job's
+    end). Executors live in the run's broker/agents/AGENT/APP/executor-N/."""
+    result = run["result"]
+    started_at = result["started_at"]
+    jobs = {}
+    for job in result["job_list"]:
+        found = APP_ID.search(Path(job["log"]).read_text(errors="replace"))
+        if found:
+            jobs[found.group(1)] = job
+    base = Path(result["job_list"][0]["log"]).parent.parent / "broker" / "agents"
+    out: list[dict[str, float | None]] = []
+    for directory in sorted(base.glob("*/*/executor-*")):
+        job = jobs.get(directory.parent.name)
+        if job is None or not (directory / "stdout").exists():
+            continue
+        launched = (directory / "stdout").stat().st_mtime - started_at
+        text = (directory / "stderr").read_text(errors="replace")
+        finished = EXECUTOR_FINISHED.search(text)
+        registered = EXECUTOR_REGISTERED.search(text)
+        ready = None
+        if finished:
+            ready = _seconds(finished.group(1)) - started_at - task_s.get(job["group"], 0.0)
+        left = job["ended_s"]
+        if registered and not finished:
+            left = min(left, _seconds(registered.group(1)) - started_at)
+        out.append({"group": job["group"], "launched": launched, "ready": ready, "left": left})
+    return out
+
+
+def replay_starts(executors: list[dict], cpu_s: float, cores: float) -> np.ndarray:
+    """Each executor's ready time under processor sharing of `cores` among the executors
+    starting at once, each needing `cpu_s` (allocator.sim.host); an executor that ran no task
+    leaves the host at its `left` time. NaN for those."""
+    from allocator.sim.host import StartingExecutors
+
+    host = StartingExecutors(cores)
+    events = sorted((e["launched"], i) for i, e in enumerate(executors))
+    leaves = {i: e["left"] for i, e in enumerate(executors) if e["ready"] is None}
+    ready = np.full(len(executors), np.nan)
+    pending = list(events)
+    while pending or host.keys:
+        next_launch = pending[0][0] if pending else np.inf
+        next_leave = min((leaves[k] for k in host.keys if k in leaves), default=np.inf)
+        next_done = host.next_done()
+        now = min(next_launch, next_leave, next_done)
+        if now == next_done:
+            for key in host.pop_done(now):
+                ready[key] = now  # type: ignore[index]
+        elif now == next_leave:
+            for key in [k for k in host.keys if leaves.get(k, np.inf) <= now]:
+                host.remove(key, now)
+        else:
+            _, index = pending.pop(0)
+            host.add(index, cpu_s, now)
+    for index in leaves:
+        ready[index] = np.nan
+    return ready
+
+
+def fit_start_cpu(data: dict, task_s: dict[str, float], cores: float) -> tuple[float, float]:
+    """start_cpu_s minimizing the squared error of every executor's ready time over every
+    run (grid of 0.1 s), and the root-mean-square error there, in seconds."""
+    runs = [executor_starts(run, task_s) for run in data["runs"]]
+    observed = [np.array([np.nan if e["ready"] is None else e["ready"] for e in r]) for r in runs]
+    best = (np.inf, 0.0)
+    for cpu_s in np.arange(0.5, 60.0, 0.1):
+        errors = [replay_starts(r, cpu_s, cores) - o for r, o in zip(runs, observed, strict=True)]
+        squared = np.concatenate([e[np.isfinite(e)] ** 2 for e in errors])
+        best = min(best, (float(squared.mean()), round(float(cpu_s), 1)))
+    return best[1], float(np.sqrt(best[0]))
+
+
 def suggested_models(data: dict) -> dict[str, dict[str, float]]:
     """Per group, each job-model phase's mean over the group's jobs in every run."""
     pooled: dict[str, dict[str, list[float]]] = {}
@@ -118,33 +203,21 @@ def _predicted(spec, data: dict, seeds: int) -> list[float]:
     return [p["makespan_s"] for p in predict(spec, engine, runs, seeds)]
 
 
-def fit_executor_start(spec, data: dict, seeds: int, models: dict) -> float:
-    """One executor_start_s for every group such that the predicted makespans sum to the
-    live ones (bisection; the predicted makespan grows with it). On two real cores it
-    stands for everything an executor waits for before its share of the work flows: its JVM
-    and its Python worker starting among all the others, and the tasks' overheads."""
-    live = sum(r["makespan_s"] for r in data["runs"])
-    low, high = 0.0, 600.0
-    for _ in range(12):
-        middle = (low + high) / 2
-        trial = {g: {**m, "executor_start_s": middle} for g, m in models.items()}
-        if sum(_predicted(_with_models(spec, trial), data, seeds)) < live:
-            low = middle
-        else:
-            high = middle
-    return round((low + high) / 2, 1)
-
-
 def check_models(data: dict, scenario: Path, seeds: int) -> None:
     from allocator.scenarios.batch import load_batch
 
     spec = load_batch(scenario)
+    cores = spec.host.cores if spec.host is not None else 1.0
+    task_s = {g.name: float(getattr(g.app, "task_s", 0.0)) for g in spec.groups}
     models = suggested_models(data)
-    fitted = fit_executor_start(spec, data, seeds, models)
-    print(f"  executor_start_s fitted to both live makespans: {fitted:g} s (from the logs: "
-          + ", ".join(f"{g} {m.get('executor_start_s', '-')}" for g, m in models.items())
-          + " s to register)")  # fmt: skip
-    models = {g: {**m, "executor_start_s": fitted} for g, m in models.items()}
+    fitted, rms = fit_start_cpu(data, task_s, cores)
+    print(f"  start_cpu_s fitted to every executor's start-up on {cores:g} cores: {fitted:g} "
+          f"CPU-s (rms error {rms:.1f} s over the executors' ready times)")  # fmt: skip
+    models = {
+        g: {**{k: v for k, v in m.items() if k != "executor_start_s"}, "executor_start_s": 0.0,
+            "start_cpu_s": fitted}
+        for g, m in models.items()
+    }  # fmt: skip
     spec = _with_models(spec, models)
     for group in spec.groups:
         print(f"  {group.name}: job: {group.job.model_dump(exclude={'jitter'})}")

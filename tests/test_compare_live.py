@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 # One agent of each of the paper's first two types and one job per group, each asking for
@@ -166,20 +167,31 @@ def test_compare_writes_both_runs_and_the_prediction(tmp_path: Path):
     assert all(p["makespan_s"] > 0 for p in data["prediction"])
     assert "drf/oblivious" in stdout and "rpsdsf/characterized" in stdout
     assert "emulated work" in stdout
+    # said once for both runs, with why, not once per broker started
+    assert stderr.count("SANDBOX OFF") == 1, stderr[-3000:]
+    assert "brokers it starts for this batch alone" in stderr
+    for run in runs.values():
+        assert len(run["machine_load"]) == 2 and min(run["machine_load"]) >= 0
     assert processes_under(out) == []
 
 
-def test_ctrl_c_leaves_no_driver_or_executor(tmp_path: Path):
+# Interrupting the second run costs a whole first run first: `make test-slow`.
+@pytest.mark.parametrize(
+    "run", ["drf-oblivious", pytest.param("rpsdsf-characterized", marks=pytest.mark.slow)]
+)
+def test_ctrl_c_leaves_no_driver_or_executor(tmp_path: Path, run: str):
+    """Ctrl-C in the first run, or in the second (the first run's broker already stopped,
+    the second's executors up): no driver, executor or Python worker of it remains."""
     process, out = start_compare(tmp_path)
     try:
-        # Interrupt once the first run's executors are up (their working directories exist).
-        deadline = time.monotonic() + 300
-        agents = out / "drf-oblivious" / "broker" / "agents"
+        # Interrupt once the run's executors are up (their working directories exist).
+        deadline = time.monotonic() + 600
+        agents = out / run / "broker" / "agents"
         while time.monotonic() < deadline and process.poll() is None:
-            if agents.is_dir() and any(p for p in agents.rglob("*") if p.is_dir()):
+            if agents.is_dir() and any(p for p in agents.rglob("executor-*") if p.is_dir()):
                 break
             time.sleep(0.5)
-        assert process.poll() is None, "compare ended before its executors started"
+        assert process.poll() is None, f"compare ended before {run}'s executors started"
         # and until their processes are there to interrupt (their directories come first)
         started = descendants(process.pid) | set(processes_under(out))
         while len(started) <= 2:

@@ -13,7 +13,10 @@ launched, before the next run starts or an error or Ctrl-C propagates.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import logging
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,6 +146,34 @@ def predict(
     return predicted
 
 
+SANDBOX_NOTE = (
+    "SANDBOX OFF (once for both runs): compare's executors run as this user beside the "
+    "brokers it starts for this batch alone, on loopback, each stopped with every executor "
+    "after its run; the cluster is emulated on this one machine and the apps are the ones "
+    "the scenario names, not a tenant's code. A broker serving tenants runs them in the "
+    "sandbox (fairbroker serve --sandbox auto, docs/security.md)."
+)
+
+
+class _NoSandboxWarning(logging.Filter):
+    """Drops the embedded cluster's per-start SANDBOX OFF warning: compare says it once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("SANDBOX OFF")
+
+
+@contextmanager
+def _sandbox_said_once(say: Callable[[str], None]) -> Iterator[None]:
+    say(SANDBOX_NOTE)
+    logger = logging.getLogger("allocator.backends.local")
+    quiet = _NoSandboxWarning()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
 def run_compare(
     spec: BatchSpec,
     batch_path: str,
@@ -160,19 +191,24 @@ def run_compare(
     run's result.json), then the prediction; compare.json's content."""
     engine = base.with_default_role_weights(spec.role_weights())
     summaries = []
-    for run in runs:
-        say(f"fairbroker: {spec.name}: live run under {run.label} ({len(spec.agents)} agents)")
-        result, opened_after = run_live(
-            spec,
-            engine.replace(scheduler=run.scheduler, mode=run.mode),
-            workdir / run.slug,
-            job_timeout=job_timeout,
-            progress=progress,
-            submit=submit,
-        )
-        summary = run_summary(run, result, opened_after)
-        (workdir / run.slug / "result.json").write_text(json.dumps(summary["result"], indent=2))
-        summaries.append(summary)
+    with _sandbox_said_once(say):
+        for run in runs:
+            say(f"fairbroker: {spec.name}: live run under {run.label} ({len(spec.agents)} agents)")
+            load_before = os.getloadavg()[0]
+            result, opened_after = run_live(
+                spec,
+                engine.replace(scheduler=run.scheduler, mode=run.mode),
+                workdir / run.slug,
+                job_timeout=job_timeout,
+                progress=progress,
+                submit=submit,
+            )
+            summary = run_summary(run, result, opened_after)
+            # the machine's other work slows every start-up (docs/emulation.md): say how busy
+            summary["machine_load"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+            path = workdir / run.slug / "result.json"
+            path.write_text(json.dumps(summary["result"], indent=2))
+            summaries.append(summary)
     say(f"fairbroker: {spec.name}: the simulator's prediction ({seeds} seeds)")
     return {
         "batch": batch_path,
@@ -214,6 +250,7 @@ def render(data: dict[str, Any], emulation: str = "") -> str:
         ],
         ("fairness (Jain)", [_number(r["fairness"], 2) for r in runs]),
         ("jobs failed", [f"{r['jobs_failed']} of {r['jobs']}" for r in runs]),
+        ("machine load before/after", [_load(r.get("machine_load")) for r in runs]),
     ]
     lines = [f"{data['batch']}: live, side by side", f"{'':<24}{header}"]
     lines += [f"{name:<24}" + "".join(f"{c:>{width}}" for c in cells) for name, cells in rows]
@@ -223,6 +260,10 @@ def render(data: dict[str, Any], emulation: str = "") -> str:
     if emulation:
         lines.append(emulation)
     return "\n".join(lines)
+
+
+def _load(load: list[float] | None) -> str:
+    return "-" if not load else " / ".join(f"{x:.1f}" for x in load)
 
 
 def _predicted(p: dict[str, Any]) -> str:

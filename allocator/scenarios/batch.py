@@ -11,9 +11,14 @@ groups:
     demand: {cpus: 2, mem: 2048} # per executor; or `spark:` with a Spark conf
     executors: 64                # executors each job asks for (default: from the conf)
     job: {work: 400, startup_s: 5, executor_start_s: 3, serial_s: 2, release_spread_s: 2,
-          task_s: 10, jitter: {work: 0.2, executor_start_s: 0, random_release: true}}
+          task_s: 10, start_cpu_s: 0,
+          jitter: {work: 0.2, executor_start_s: 0, random_release: true}}
     app: {kind: pi, partitions: 8, samples: 200000}   # what a live run submits
 ```
+
+`host: {cores: 2}` (top level) says the agents are emulated on one machine of that many real
+cores: each executor's start then also costs its job's `start_cpu_s` CPU-seconds, the cores
+shared equally among every executor starting at the time (docs/emulation.md).
 
 `jitter` (all 0 by default: the deterministic model) gives each part a relative spread, drawn
 per job from a stream of its own (`allocator.sim.workload`), so that every scheduler and mode
@@ -64,12 +69,19 @@ class JobModel:
     #: One Spark task's length on one executor: what a reclaimed executor killed mid-task
     #: loses (the simulator's reclaim, docs/reclaim.md); nothing else reads it.
     task_s: float = 10.0
+    #: CPU-seconds an executor's start costs on the batch's `host:` (its JVM, registering,
+    #: its Python workers), shared with every executor starting at the same time: on an
+    #: emulated cluster (docs/emulation.md) start-up is the one part of a job that is not
+    #: emulated, and it contends for the machine's real cores. 0: no such cost.
+    start_cpu_s: float = 0.0
 
     def duration(self, executors: int) -> float:
-        """T(n) with a constant allocation of n executors from the start."""
+        """T(n) with a constant allocation of n executors from the start (an executor's
+        start-up taken alone, without contention)."""
         if executors <= 0:
             return float("inf")
-        return self.startup_s + self.executor_start_s + self.serial_s + self.work / executors
+        start = self.executor_start_s + self.start_cpu_s
+        return self.startup_s + start + self.serial_s + self.work / executors
 
 
 class JitterSpec(BaseModel):
@@ -86,6 +98,15 @@ class JitterSpec(BaseModel):
     random_release: bool = False
 
 
+class HostSpec(BaseModel):
+    """The machine an emulated cluster's executors really start on (docs/emulation.md):
+    executors starting at once share its `cores`, each needing its job's `start_cpu_s`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cores: float = Field(gt=0, le=4096, allow_inf_nan=False)
+
+
 class TimedAgentSpec(AgentSpec):
     register_at: float = Field(default=0.0, ge=0, allow_inf_nan=False)
 
@@ -99,6 +120,7 @@ class JobSpec(BaseModel):
     serial_s: float = Field(default=2.0, ge=0, allow_inf_nan=False)
     release_spread_s: float = Field(default=2.0, ge=0, allow_inf_nan=False)
     task_s: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    start_cpu_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     jitter: JitterSpec = JitterSpec()
 
     def model(self) -> JobModel:
@@ -256,6 +278,9 @@ class BatchSpec(BaseModel):
     resources: list[str] | None = None
     agents: list[TimedAgentSpec] = Field(min_length=1)
     groups: list[GroupSpec] = Field(min_length=1)
+    #: The one machine an emulated cluster runs on; without it executors start without
+    #: contending (their start_cpu_s is then a plain delay).
+    host: HostSpec | None = None
     #: One admission pool of every job of the batch (then no group may have its own).
     admission: AdmissionSpec | None = None
 

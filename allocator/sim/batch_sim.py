@@ -25,6 +25,7 @@ from allocator.errors import FairbrokerError
 from allocator.explain import Explanation, explain
 from allocator.fair_share import FairShareCache, fair_shares
 from allocator.scenarios.batch import BatchSpec, JobEntry, JobModel, build_pools
+from allocator.sim.host import StartingExecutors
 from allocator.sim.jobs import JobProgress
 from allocator.sim.reclaim_sim import FairShareWatch, SimReclaim
 from allocator.sim.series import AllocationSeries
@@ -161,10 +162,12 @@ class BatchSimulator:
         self._total = sum(g.queues * g.jobs_per_queue for g in batch.groups)
         self.pools = build_pools(batch, admission)
         self._pool_of = {g: pool for pool in self.pools for g in pool.groups}
-        self.admission = (
-            str(admission.policy) if admission is not None else admission_label(batch)
-        )
+        self.admission = str(admission.policy) if admission is not None else admission_label(batch)
         self.series = AllocationSeries(self.engine)
+        # Executors whose start costs CPU (`start_cpu_s`) share the host's cores; without a
+        # `host:` each has a core of its own.
+        self.starting = StartingExecutors(batch.host.cores if batch.host else float("inf"))
+        self._then_ready: dict[tuple[str, int], tuple[Job, float]] = {}
         self.reclaim = SimReclaim(self.engine, self.config) if self.config.reclaims else None
         watch = watch_fair_share or self.reclaim is not None
         self.watch = None
@@ -233,12 +236,40 @@ class BatchSimulator:
 
     def _grant(self, framework: str, agent: str, tasks: int) -> None:
         job = self._by_framework[framework]
+        contended = job.model.start_cpu_s > 0
         for _ in range(tasks):
             executor = next(self._executor_ids)
             job.placed.append((executor, agent))
             if self.reclaim is not None:
                 self.reclaim.started(str(executor), framework, agent, self.now)
-            self._at(self.now + job.draws.executor_start(), "ready", (job, executor))
+            delay = job.draws.executor_start()
+            if contended:
+                self._then_ready[(job.name, executor)] = (job, delay)
+                self.starting.add((job.name, executor), job.model.start_cpu_s, self.now)
+            else:
+                self._at(self.now + delay, "ready", (job, executor))
+        if contended:
+            self._next_started()
+
+    def _next_started(self) -> None:
+        when = self.starting.next_done()
+        if when < float("inf"):
+            self._at(when, "started", self.starting.version)
+
+    def _started(self, version: int) -> None:
+        """Executors done with their CPU-bound start; ready after their fixed delay."""
+        if version != self.starting.version:
+            return
+        for key in self.starting.pop_done(self.now):
+            job, delay = self._then_ready.pop(key)  # type: ignore[arg-type]
+            self._at(self.now + delay, "ready", (job, key[1]))  # type: ignore[index]
+        self._next_started()
+
+    def _stop_start(self, job: Job, executor: int) -> None:
+        """An executor released or killed while still starting frees its share of the host."""
+        if self.starting.remove((job.name, executor), self.now):
+            self._then_ready.pop((job.name, executor), None)
+            self._next_started()
 
     def _ready(self, job: Job, executor: int) -> None:
         if job.done or job.progress is None:
@@ -284,6 +315,7 @@ class BatchSimulator:
     def _release(self, job: Job, executor: int, agent: str) -> None:
         if self.reclaim is not None:
             self.reclaim.gone(str(executor))
+        self._stop_start(job, executor)
         self.engine.release(job.name, agent, 1)
         job.placed = [(e, a) for e, a in job.placed if e != executor]
         if not job.placed:
@@ -342,6 +374,7 @@ class BatchSimulator:
             self._stop_working(job, executor, (self.now - ready) % job.model.task_s)
         job.leaving.discard(executor)
         job.placed = [(e, a) for e, a in job.placed if e != executor]
+        self._stop_start(job, executor)
         self.reclaim.gone(str(executor))
         self.engine.release(job.name, agent, 1)
 
@@ -381,6 +414,7 @@ class BatchSimulator:
             "admit": self._admit,
             "register": lambda p: self._register(*p),
             "ready": lambda p: self._ready(*p),
+            "started": self._started,
             "work_done": lambda p: self._work_done(*p),
             "end": self._end,
             "release": lambda p: self._release(*p),
