@@ -7,6 +7,7 @@ agent's whole remainder, of which it keeps the whole tasks that fit (up to its l
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Mapping
 from itertools import repeat
 
@@ -18,6 +19,20 @@ from allocator.policy.base import Criterion
 from allocator.policy.levels import Level
 from allocator.policy.selection import make_selector
 from allocator.state import AllocationState, Grant, Mode
+
+
+def _grants(frameworks: np.ndarray, agents: np.ndarray) -> list[Grant]:
+    """The native fill's grants as `Grant`s; with the collector off, as none of them holds
+    a reference (its collections, triggered by the many new tuples, cost more than
+    building them)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        rows = zip(frameworks.tolist(), agents.tolist(), repeat(1))
+        return list(map(tuple.__new__, repeat(Grant), rows))
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def progressive_fill(
@@ -49,11 +64,14 @@ def progressive_fill(
     Where `native_fill.applies` (large static fills), compiled kernels make the very same
     grants; `on_grant` is then called for each after the fill, in order.
     """
+    native = None
     if native_fill.applies(state, criterion, selection, ties, level, agent_pass, single_offer):
-        frameworks, agents = native_fill.fill(state, criterion, selection, rng, max_grants)
+        native = native_fill.fill(state, criterion, selection, rng, max_grants)
+    if native is not None:
+        frameworks, agents = native
         if not keep and on_grant is None:
             return []
-        made = list(map(Grant, frameworks.tolist(), agents.tolist(), repeat(1)))
+        made = _grants(frameworks, agents)
         if on_grant is not None:
             for grant in made:
                 on_grant(grant)

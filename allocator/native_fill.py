@@ -4,8 +4,8 @@
 (`allocator/fill_kernels.py`) make exactly its grants and the instance is large enough to
 be worth loading them (`MIN_PAIRS`): a fresh state in characterized mode, framework level (or
 a single role), random ties, and DRF, TSF, PS-DSF or rPS-DSF with randomized round-robin
-(the static rounds, not the engine's agent pass). Best fit (BF-DRF) is not done natively
-yet: it keeps its generic path and best-fit index.
+(the static rounds, not the engine's agent pass), or BF-DRF (DRF with best fit,
+`allocator/bestfit_kernels.py`).
 
 The kernels keep each criterion up to date grant by grant instead of re-evaluating every
 framework (DRF and TSF: one sorted order; PS-DSF: one per agent type, agents with the same
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from allocator.model import Cluster
 from allocator.policy.base import Criterion
 from allocator.policy.drf import DRF
 from allocator.policy.levels import Level
@@ -56,25 +57,32 @@ def applies(state: AllocationState, criterion: Criterion, selection: Selection |
         or RELATIVE_TIE != 1e-9  # the kernels' own copy
     ):
         return False
-    return (
-        Selection(selection) is Selection.RRR
-        and type(criterion) in _RRR_CRITERIA
-        and (not agent_pass)
-    )
+    chosen = Selection(selection)
+    if chosen is Selection.BESTFIT:  # FrameworkFirst ignores agent_pass
+        return type(criterion) is DRF
+    return chosen is Selection.RRR and type(criterion) in _RRR_CRITERIA and not agent_pass
 
 
 def fill(state: AllocationState, criterion: Criterion, selection: Selection | str,
          rng: np.random.Generator,
-         max_grants: int | None = None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+         max_grants: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:  # fmt: skip
     """Fill `state` (see `applies`); returns the grants' frameworks and agents, in order,
-    and leaves the state as the generic fill leaves it."""
+    and leaves the state as the generic fill leaves it. Returns None, with the state and
+    the generator untouched, where the kernels cannot decide (best fit on a NaN shape):
+    the generic fill is then to run."""
     from allocator import fill_kernels as k
 
     cluster = state.cluster
     n_f, n_a = cluster.n_frameworks, cluster.n_agents
     limit = np.iinfo(np.int64).max if max_grants is None else max_grants
     arrays = _Arrays(state, limit)
-    _run_rrr(k, arrays, state, criterion, rng)
+    if Selection(selection) is Selection.BESTFIT:
+        started = rng.bit_generator.state
+        if not _run_bestfit(arrays, state, rng):
+            rng.bit_generator.state = started
+            return None
+    else:
+        _run_rrr(k, arrays, state, criterion, rng)
     made = int(arrays.ints[k.MADE])
     frameworks = arrays.out_f[:made]
     agents = arrays.out_a[:made]
@@ -176,6 +184,127 @@ def _run_rrr(k, arrays: _Arrays, state: AllocationState, criterion: Criterion,
         if status != k.GROW:
             break
         _grow(arrays)
+
+
+def _run_bestfit(arrays: _Arrays, state: AllocationState, rng: np.random.Generator) -> bool:
+    """BF-DRF's fill (`bestfit_kernels.bestfit`); False where an agent's shape is NaN."""
+    from allocator import bestfit_kernels as b
+    from allocator import fill_kernels as k
+
+    cluster = state.cluster
+    n_f, n_a = cluster.n_frameworks, cluster.n_agents
+    total = arrays.total
+    n_r = len(total)
+    key = np.zeros((1, n_f))
+    srt = np.zeros((1, n_f), dtype=np.int64)
+    no_type = np.zeros((1, n_r))
+    for n in range(n_f):
+        k.update_keys(k.DRF, n, arrays.alloc, arrays.count, arrays.weight, total, no_type,
+                      np.zeros(0), key)  # fmt: skip
+    arrays.ints[k.M] = k.build_orders(key, arrays.wanting, srt)
+    # feasibility as AllocationState.fits_framework: residual_r >= d_r - tol_r where d_r > 0
+    fit_demand = state.fit_demand
+    floor = np.ascontiguousarray(np.where(fit_demand > 0, fit_demand - state.tol, -np.inf))
+    eligible = np.ascontiguousarray(cluster.eligible)
+    group, refs, terms, compared, n_compared = _shapes(state.known_demand, total)
+    pristine, residual = _pristine(cluster, arrays.residual)
+    n_e = len(residual)  # entries of the agent orders: the agents, then the classes
+    n_g = len(refs)
+    shape = np.zeros((n_g, n_r, n_e))
+    empty = np.zeros((n_g, n_e), dtype=bool)
+    sort_key = np.zeros((n_g, n_e))
+    first = np.where(n_compared > 0, compared[:n_g, 0], -1).astype(np.int64)
+    for entry in range(n_e):
+        if not b.agent_shapes(entry, residual, total, refs, first, shape, empty, sort_key):
+            return False
+    chunks = 2 * (-(-n_e // (b.CHUNK // 2))) + 2
+    orders = (
+        np.zeros((n_g, chunks, b.CHUNK), dtype=np.int64),  # members
+        np.zeros((n_g, chunks, b.CHUNK)),  # keys
+        np.zeros((n_g, chunks), dtype=np.int64),  # size
+        np.zeros((n_g, chunks, n_r)),  # room
+        np.zeros((n_g, n_e), dtype=np.int64),  # chunk_of
+        np.zeros((n_g, chunks), dtype=np.int64),  # directory
+        np.zeros(n_g, dtype=np.int64),  # n_chunks
+        np.zeros((n_g, chunks), dtype=np.int64),  # spare
+        np.zeros(n_g, dtype=np.int64),  # n_spare
+    )
+    class_of = pristine[6]
+    listed = np.flatnonzero(np.concatenate([class_of < 0, np.ones(n_e - n_a, dtype=bool)]))
+    for g in range(n_g):
+        order = listed[np.lexsort((listed, sort_key[g, listed]))]
+        b.build_order(g, order, sort_key, residual, *orders)
+    found = np.empty(n_a, dtype=np.int64)
+    found_h = np.empty(n_a)
+    while True:
+        status = b.bestfit(rng, arrays.ints, residual, arrays.alloc, arrays.count,
+                           arrays.limit, arrays.wanting, arrays.demand, floor, eligible,
+                           arrays.weight, total, key, srt, group, refs, terms, compared,
+                           n_compared, shape, empty, sort_key, orders, pristine, found,
+                           found_h, arrays.ties, arrays.out_f, arrays.out_a)  # fmt: skip
+        if status == b.UNORDERED:
+            return False
+        if status != k.GROW:
+            arrays.residual = residual[:n_a]
+            return True
+        _grow(arrays)
+
+
+def _pristine(cluster: Cluster, residual: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """The classes of agents of one capacity (at least two; none under constraints, where
+    such agents are not interchangeable), as `bestfit_kernels` keeps them, and the residuals
+    with a row per class after the agents'."""
+    n_a = cluster.n_agents
+    class_of = np.full(n_a, -1, dtype=np.int64)
+    class_pos = np.zeros(n_a, dtype=np.int64)
+    if cluster.eligible.all():
+        caps, kind, sizes = np.unique(residual, axis=0, return_inverse=True, return_counts=True)
+        kind = kind.reshape(-1)
+        shared = sizes >= 2
+        caps, sizes = caps[shared], sizes[shared]
+        renumber = np.cumsum(shared) - 1
+        class_of = np.where(shared[kind], renumber[kind], -1)
+    else:
+        caps, sizes = np.zeros((0, residual.shape[1])), np.zeros(0, dtype=np.int64)
+    members = np.flatnonzero(class_of >= 0)
+    members = members[np.argsort(class_of[members], kind="stable")]  # by class, then index
+    start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    class_pos[members] = np.arange(len(members)) - start[class_of[members]]
+    positions = class_pos[members] + 1
+    fenwick = (positions & -positions).astype(np.int64)  # every member untouched
+    pristine = (start, sizes.astype(np.int64), members.astype(np.int64), class_pos, fenwick,
+                sizes.astype(np.int64).copy(), class_of.astype(np.int64))  # fmt: skip
+    rows = np.ascontiguousarray(np.concatenate([residual, caps]), dtype=float)
+    return pristine, rows
+
+
+def _shapes(demand: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The framework half of H (`bestfit.demand_shape`) for every framework at once:
+    each framework's group (index into `refs`, its reference resource; -1 when no valid
+    shape), the terms d_r / C_r / (d_ref / C_ref) by resource, and each group's compared
+    resources (every resource the cluster has but the reference, in order)."""
+    n_f, n_r = demand.shape
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(total > 0, demand / total, 0.0)
+        ref = np.where(demand[:, 0] > 0, 0, np.argmax(share, axis=1))
+    rows = np.arange(n_f)
+    valid = (total[ref] > 0) & (demand[rows, ref] > 0)
+    refs = np.unique(ref[valid]).astype(np.int64)
+    group = np.full(n_f, -1, dtype=np.int64)
+    group[valid] = np.searchsorted(refs, ref[valid])
+    terms = np.zeros((n_f, n_r))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d_ref = demand[rows, ref] / total[ref]
+        for r in range(n_r):
+            if total[r] > 0:
+                terms[:, r] = np.where(valid, demand[:, r] / total[r] / d_ref, 0.0)
+    compared = np.zeros((max(len(refs), 1), n_r), dtype=np.int64)
+    n_compared = np.zeros(max(len(refs), 1), dtype=np.int64)
+    for g, r_ref in enumerate(refs):
+        resources = [r for r in range(n_r) if r != r_ref and total[r] > 0]
+        compared[g, : len(resources)] = resources
+        n_compared[g] = len(resources)
+    return group, refs, terms, compared, n_compared[: len(refs)]
 
 
 def _write_back(state: AllocationState, arrays: _Arrays, frameworks: np.ndarray,

@@ -169,7 +169,7 @@ def test_same_grants_on_a_google_like_cluster(name: str) -> None:
     assert [(g.framework, g.agent) for g in new] == [(g.framework, g.agent) for g in old]
 
 
-@pytest.mark.parametrize("name", ["drf", "tsf", "psdsf", "psdsf-scan", "rpsdsf"])
+@pytest.mark.parametrize("name", ["drf", "tsf", "psdsf", "psdsf-scan", "rpsdsf", "bfdrf"])
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     cluster=instances(),
@@ -178,18 +178,21 @@ def test_same_grants_on_a_google_like_cluster(name: str) -> None:
 )
 def test_native_fill_makes_the_same_grants(name: str, cluster: Cluster, seed: int,
                                            max_grants: int | None) -> None:  # fmt: skip
-    """Where the compiled kernels take the fill (rrr, characterized, random ties), on
+    """Where the compiled kernels take the fill (rrr or BF-DRF's best fit, characterized,
+    random ties), on
     every instance: weights, constraints, limits, frameworks without demand, a grant
     limit; `psdsf-scan` is PS-DSF past `MAX_TYPES` agent types (evaluated per visit)."""
-    criterion = scheduler(name.split("-")[0]).criterion()
+    chosen = scheduler(name.split("-")[0])
+    criterion = chosen.criterion()
+    selection = chosen.default_selection
     state = AllocationState(cluster)
     level = Level.FRAMEWORK
     max_types = 0 if name.endswith("scan") else native_fill.MAX_TYPES
     with mock.patch.multiple(native_fill, MIN_PAIRS=0, MAX_TYPES=max_types):
-        assert native_fill.applies(state, criterion, Selection.RRR, Ties.RANDOM, level, False,
+        assert native_fill.applies(state, criterion, selection, Ties.RANDOM, level, False,
                                    False)  # fmt: skip
-        new, old = fill_both(cluster, name.split("-")[0], Selection.RRR, Mode.CHARACTERIZED,
-                             Ties.RANDOM, level, seed, max_grants=max_grants)  # fmt: skip
+        new, old = fill_both(cluster, chosen.name, selection, Mode.CHARACTERIZED, Ties.RANDOM,
+                             level, seed, max_grants=max_grants)  # fmt: skip
     assert [(g.framework, g.agent, g.tasks) for g in new] == [
         (g.framework, g.agent, g.tasks) for g in old
     ]
@@ -203,11 +206,12 @@ def test_the_kernels_take_the_default_static_fills() -> None:
                                    scheduler("drf").criterion(), Selection.RRR, Ties.RANDOM,
                                    Level.FRAMEWORK, False, False)  # fmt: skip
     state = AllocationState(google_like_cluster(1000, 100, seed=1))
-    for name in ("drf", "tsf", "psdsf", "rpsdsf"):
+    for name in ("drf", "tsf", "psdsf", "rpsdsf", "bfdrf"):
         chosen = scheduler(name)
         args = (state, chosen.criterion(), chosen.default_selection, Ties.RANDOM)
         assert native_fill.applies(*args, Level.FRAMEWORK, False, False)
-        assert not native_fill.applies(*args, Level.FRAMEWORK, True, False)  # agent pass
+        if name != "bfdrf":  # best fit has no agent pass: the engine's state stops it
+            assert not native_fill.applies(*args, Level.FRAMEWORK, True, False)
     oblivious = AllocationState(google_like_cluster(1000, 100, seed=1), Mode.OBLIVIOUS)
     assert not native_fill.applies(oblivious, scheduler("drf").criterion(), Selection.RRR,
                                    Ties.RANDOM, Level.FRAMEWORK, False, False)  # fmt: skip
