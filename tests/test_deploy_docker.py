@@ -627,9 +627,14 @@ def test_the_compose_mesos_authentication_on_a_real_master_and_agents(
         spawn("broker", [sys.executable, "-c", "from allocator.cli import main; main()",
                          "serve"], env)  # fmt: skip
 
+        # the broker serves TLS with the certificate the secrets service drew
+        ca = env["FAIRBROKER_TLS_CA"]
+
         def subscribed() -> bool:
             try:
-                answer = requests.get(f"http://127.0.0.1:{http_port}/healthz", timeout=2)
+                answer = requests.get(
+                    f"https://127.0.0.1:{http_port}/healthz", timeout=2, verify=ca
+                )
             except requests.RequestException:
                 return False
             return answer.status_code == 200

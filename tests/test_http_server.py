@@ -9,12 +9,14 @@ import http.client
 import json
 import os
 import socket
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from support.broker import AGENTS, RecordingBackend
+from support.polling import wait_for
 
 from allocator.broker.asgi import HttpLimits
 from allocator.broker.client import BrokerCallError, BrokerClient
@@ -354,9 +356,12 @@ def test_a_grpc_call_queued_past_its_deadline_is_not_run(service, monkeypatch) -
 
     assert call(service, "Register", register_body("t1"))[0] == 200
 
-    def slow_check(token, header):  # fault injection: a worker held for 3 s
+    held, release = [], threading.Event()
+
+    def slow_check(token, header):  # fault injection: a worker held until released
         if header == "Bearer slow":
-            time.sleep(3.0)
+            held.append(1)
+            release.wait(30)
         return check_token(token, header)
 
     monkeypatch.setattr(grpc_server, "check_token", slow_check)
@@ -366,10 +371,15 @@ def test_a_grpc_call_queued_past_its_deadline_is_not_run(service, monkeypatch) -
         slow = (("authorization", "Bearer slow"),)
         busy = [stub.GetAllocation.future(pb.AllocationRequest(), metadata=slow, timeout=60)
                 for _ in range(grpc_server.WORKERS)]  # fmt: skip
+        wait_for(lambda: len(held) == grpc_server.WORKERS, 30, "every worker held")
         request = pb.SetTargetRequest(tenant_id="t1", total=3)
         auth = (("authorization", f"Bearer {TOKEN}"),)
+        queued = stub.SetTarget.future(request, metadata=auth, timeout=60)
+        # no worker is free before this; 4 s is well past the 1.5 s deadline from its arrival
+        time.sleep(4.0)
+        release.set()
         with pytest.raises(grpc.RpcError) as error:
-            stub.SetTarget(request, metadata=auth, timeout=60)
+            queued.result(timeout=30)
         assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         assert "waited for a worker past its deadline" in error.value.details()
         assert service.broker.tenants["t1"].target == 0
@@ -377,6 +387,7 @@ def test_a_grpc_call_queued_past_its_deadline_is_not_run(service, monkeypatch) -
         stub.SetTarget(request, metadata=auth, timeout=30)  # the workers free: it is done
         assert service.broker.tenants["t1"].target == 3
     finally:
+        release.set()
         channel.close()
 
 

@@ -176,8 +176,8 @@ def test_a_process_that_left_the_executors_group_is_stopped_with_it(
         pidfile = state / "agents" / "a1" / "A" / "executor-1" / "daemon"
         wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 20, "the daemon")
         daemon_pid = int(pidfile.read_text())
-        wait_for(lambda: os.path.exists(f"/proc/{daemon_pid}"), 5, "the daemon running")
-        assert os.getsid(daemon_pid) == daemon_pid  # its own session: out of the group
+        # `$!` is written before the child has run setsid(1): wait for its own session
+        wait_for(lambda: _session(daemon_pid) == daemon_pid, 20, "the daemon in its own session")
         cluster.kill("A", "1")
         wait_for(lambda: any(e.state is ExecutorState.KILLED for e in events), 20, "killed")
         if limits:
@@ -188,6 +188,13 @@ def test_a_process_that_left_the_executors_group_is_stopped_with_it(
         cluster.stop()
         if daemon_pid is not None and _alive(daemon_pid):
             os.kill(daemon_pid, 9)
+
+
+def _session(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except ProcessLookupError:
+        return None
 
 
 def _alive(pid: int) -> bool:

@@ -132,8 +132,10 @@ def test_whole_group_protected_means_no_reclaim_at_all():
     assert b.fair_share_at >= 1000
 
 
-#: `fairbroker sim benchmarks/scenarios/spark-fill.yaml --json` at seeds 0 and 1, DRF and
-#: rPS-DSF, before the simulator could reclaim (commit 34e87f3): reclaim off changes nothing.
+#: `fairbroker sim tests/data/spark-fill-frozen.yaml --json` (`make run`'s batch as it was,
+#: frozen so the batch can change) at seeds 0 and 1, DRF and rPS-DSF, before the simulator
+#: could reclaim (commit 34e87f3): reclaim off changes nothing.
+FROZEN_BATCH = Path(__file__).resolve().parent / "data" / "spark-fill-frozen.yaml"
 DIGESTS = {
     ("drf", 0): "2b6b43aadbeaa017",
     ("drf", 1): "a4995f5cec72bae1",
@@ -144,7 +146,7 @@ DIGESTS = {
 
 @pytest.mark.parametrize(("scheduler", "seed"), sorted(DIGESTS))
 def test_reclaim_off_replays_the_simulator_unchanged(scheduler: str, seed: int):
-    batch = load_batch(SCENARIOS / "spark-fill.yaml")
+    batch = load_batch(FROZEN_BATCH)
     result = BatchSimulator(batch, EngineConfig(scheduler, seed=seed)).run()
     payload = result.to_json()
     payload["finished"] = [round(j.finished, 9) for j in result.jobs]

@@ -86,6 +86,11 @@ class Driver:
     def wait(self, timeout: float = 240) -> tuple[int, dict]:
         try:
             code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"driver {self.log.name} still running after {timeout:.0f} s; its output:\n"
+                f"{self.output()}"
+            ) from None
         finally:
             self.kill()
         result = {}
