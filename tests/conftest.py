@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -35,3 +39,15 @@ def _stop_spark_drivers():
     yield
     if "support.spark" in sys.modules:
         sys.modules["support.spark"].kill_all_drivers()
+
+
+@pytest.fixture
+def sandbox_base() -> Iterator[Path]:
+    """A directory every user may pass through, for the executor sandbox's tests (pytest's
+    own tmp is root's, mode 0700, and the sandbox user could not reach a state dir in it)."""
+    path = Path(tempfile.mkdtemp(prefix="fairbroker-sandbox-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

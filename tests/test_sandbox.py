@@ -11,30 +11,24 @@ import contextlib
 import json
 import os
 import pwd
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.broker import request
 from support.polling import free_port, wait_for
+from support.sandbox import HAS_BWRAP, ONE_AGENT, needs_bwrap, sandboxed_broker, spark_home
 from support.standin import held
 
-from allocator.backends.base import AgentInfo
 from allocator.backends.local import LocalCluster
 from allocator.backends.sandbox import SandboxConfig, SandboxError, resolve_sandbox
-from allocator.broker.server import BrokerOptions, BrokerService
-from allocator.engine_config import EngineConfig
 
-AGENTS = [AgentInfo("a1", "127.0.0.1", {"cpus": 4, "mem": 4096})]
+AGENTS = ONE_AGENT
 DEMAND = {"cpus": 1.0, "mem": 512.0}
-HAS_BWRAP = shutil.which("bwrap") is not None
 ROOT = os.geteuid() == 0
 PROBES = ("read_state", "write_state", "signal_broker", "signal_other", "list_other")
 
@@ -60,24 +54,20 @@ exec sleep 300
 """
 
 
+# Traps SIGTERM (writes `term`), says it registered and waits.
+TERM_TRAP = (
+    "#!/bin/bash\ntrap 'echo got-term > term; exit 0' TERM\n"
+    "echo 'Successfully registered with driver' >&2\nsleep 300 & wait\n"
+)
+
+
 @pytest.fixture
-def base() -> Iterator[Path]:
-    """A directory every user may pass through (pytest's own tmp is root's, mode 0700)."""
-    path = Path(tempfile.mkdtemp(prefix="fairbroker-sandbox-"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+def base(sandbox_base: Path) -> Path:
+    return sandbox_base
 
 
 def hostile_spark(base: Path) -> Path:
-    home = base / "spark"
-    (home / "bin").mkdir(parents=True)
-    (home / "bin" / "spark-class").write_text(HOSTILE)
-    (home / "bin" / "spark-class").chmod(0o755)
-    home.chmod(0o755)
-    return home
+    return spark_home(base, HOSTILE)
 
 
 def inner_pid(outer: int) -> int:
@@ -127,16 +117,7 @@ def run_hostile_pair(base: Path, sandbox: SandboxConfig) -> tuple[dict, dict, Lo
     """Tenants A and B, one hostile executor each, under a broker in this process."""
     home = hostile_spark(base)
     state = base / "state"
-    cluster = LocalCluster(
-        AGENTS, state / "agents", home, sandbox=SandboxConfig(**{
-            **sandbox.__dict__, "state_dir": state})
-    )  # fmt: skip
-    options = BrokerOptions(
-        engine=EngineConfig.mesos("drf"), http_port=0, grpc_port=0, state_dir=state,
-        lease_seconds=600,
-    )  # fmt: skip
-    service = BrokerService(options, backend=cluster).start()
-    try:
+    with sandboxed_broker(home, state, sandbox) as (cluster, service):
         for tenant in ("A", "B"):
             service.broker.register(request(tenant, DEMAND, target=1))
         wait_for(lambda: len(cluster.pids()) == 2, 20, "both executors started")
@@ -152,8 +133,6 @@ def run_hostile_pair(base: Path, sandbox: SandboxConfig) -> tuple[dict, dict, Lo
         )
         assert service.broker  # the broker outlived every probe
         pids = cluster.pids()
-    finally:
-        service.stop()
     assert not [p for p in pids.values() if Path(f"/proc/{p}").exists()], "executors left"
     return reports["A"], reports["B"], cluster
 
@@ -168,7 +147,7 @@ def test_without_a_sandbox_the_hostile_executor_reaches_everything(base: Path) -
     assert (base / "state" / "planted").exists()
 
 
-@pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap (bwrap) is not installed: make system-deps")
+@needs_bwrap
 def test_auto_sandbox_denies_the_state_dir_the_broker_and_the_other_tenant(base: Path) -> None:
     """auto here: bubblewrap (as the unprivileged sandbox user when this test runs as root).
     Every probe denied for both tenants; each still writes its own working directory."""
@@ -200,34 +179,20 @@ def test_user_sandbox_denies_the_state_dir_and_the_broker(base: Path) -> None:
     assert db.stat().st_mode & 0o077 == 0
 
 
-@pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap (bwrap) is not installed: make system-deps")
+@needs_bwrap
 def test_sigterm_reaches_the_executor_inside_bubblewrap(base: Path) -> None:
     """kill() sends SIGTERM to the processes inside the sandbox, not to bubblewrap (which
     would die and leave the executor running unseen): the executor's TERM trap runs, then
     bubblewrap exits with the executor's status and the broker sees KILLED."""
-    home = base / "spark"
-    (home / "bin").mkdir(parents=True)
-    (home / "bin" / "spark-class").write_text(
-        "#!/bin/bash\ntrap 'echo got-term > term; exit 0' TERM\n"
-        "echo 'Successfully registered with driver' >&2\nsleep 300 & wait\n"
-    )
-    (home / "bin" / "spark-class").chmod(0o755)
-    home.chmod(0o755)
+    home = spark_home(base, TERM_TRAP)
     state = base / "state"
-    cluster = LocalCluster(
-        AGENTS, state / "agents", home, sandbox=SandboxConfig(mode="bwrap", state_dir=state)
-    )
-    options = BrokerOptions(http_port=0, grpc_port=0, state_dir=state, lease_seconds=600)
-    service = BrokerService(options, backend=cluster).start()
-    try:
+    with sandboxed_broker(home, state, SandboxConfig(mode="bwrap")) as (cluster, service):
         service.broker.register(request("A", DEMAND, target=1))
         wait_for(lambda: held(service.broker).get("A") == {"RUNNING": 1}, 20, "A running")
         cluster.kill("A", "1")
         term = executor_dir(state / "agents", "A") / "term"
         wait_for(term.exists, 30, "the executor's TERM trap")  # 10 s timed out once under load
         wait_for(lambda: not cluster.pids(), 10, "the executor reported gone")
-    finally:
-        service.stop()
 
 
 def test_explicit_modes_that_cannot_work_here_are_refused() -> None:
@@ -364,7 +329,7 @@ def _marked_leader(tenant: str, state: Path) -> int | None:
     return None
 
 
-@pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap (bwrap) is not installed: make system-deps")
+@needs_bwrap
 def test_a_restarted_cluster_adopts_sandboxed_executors_and_stops_the_rest(base: Path) -> None:
     """Broker restart: the executor marker is found on bubblewrap's process (the group
     leader), a new LocalCluster adopts A's executor (its SIGTERM then reaches the stand-in
@@ -372,14 +337,7 @@ def test_a_restarted_cluster_adopts_sandboxed_executors_and_stops_the_rest(base:
     inside are gone."""
     from allocator.backends.base import LaunchSpec
 
-    home = base / "spark"
-    (home / "bin").mkdir(parents=True)
-    (home / "bin" / "spark-class").write_text(
-        "#!/bin/bash\ntrap 'echo got-term > term; exit 0' TERM\n"
-        "echo 'Successfully registered with driver' >&2\nsleep 300 & wait\n"
-    )
-    (home / "bin" / "spark-class").chmod(0o755)
-    home.chmod(0o755)
+    home = spark_home(base, TERM_TRAP)
     state = base / "state"
     sandbox = SandboxConfig(mode="bwrap", state_dir=state)
 

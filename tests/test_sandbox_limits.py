@@ -9,25 +9,23 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
+import subprocess
 import tempfile
-from collections.abc import Iterator
+import time
 from pathlib import Path
 
 import pytest
 from support.broker import request
 from support.polling import wait_for
+from support.sandbox import ONE_AGENT, needs_bwrap, sandboxed_broker, spark_home
 from support.standin import held
 
 from allocator.backends import cgroups
 from allocator.backends.base import AgentInfo, ExecutorState, LaunchSpec
 from allocator.backends.local import LocalCluster
 from allocator.backends.sandbox import SandboxConfig
-from allocator.broker.server import BrokerOptions, BrokerService
-from allocator.engine_config import EngineConfig
 
-AGENTS = [AgentInfo("a1", "127.0.0.1", {"cpus": 4, "mem": 4096})]
-HAS_BWRAP = shutil.which("bwrap") is not None
+AGENTS = ONE_AGENT
 MIB = 1024 * 1024
 
 # Says it registered, then holds `$FB_ALLOC_MIB` MiB (touched, so resident) in steps of 32 MiB,
@@ -59,22 +57,8 @@ needs_cgroups = pytest.mark.skipif(WHY_NOT is not None, reason=f"no cgroups here
 
 
 @pytest.fixture
-def base() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="fairbroker-limits-"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def spark_home(base: Path, script: str) -> Path:
-    home = base / "spark"
-    (home / "bin").mkdir(parents=True)
-    (home / "bin" / "spark-class").write_text(script)
-    (home / "bin" / "spark-class").chmod(0o755)
-    home.chmod(0o755)
-    return home
+def base(sandbox_base: Path) -> Path:
+    return sandbox_base
 
 
 def register(tenant: str, mem: float, alloc_mib: int) -> object:
@@ -84,7 +68,7 @@ def register(tenant: str, mem: float, alloc_mib: int) -> object:
 
 
 @needs_cgroups
-@pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap (bwrap) is not installed: make system-deps")
+@needs_bwrap
 def test_an_executor_past_its_memory_is_oom_killed_and_the_broker_lives_on(
     base: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -94,16 +78,8 @@ def test_an_executor_past_its_memory_is_oom_killed_and_the_broker_lives_on(
     caplog.set_level(logging.INFO)
     home = spark_home(base, GREEDY)
     state = base / "state"
-    cluster = LocalCluster(
-        AGENTS, state / "agents", home,
-        sandbox=SandboxConfig(mode="auto", state_dir=state, cpu_limits=True),
-    )  # fmt: skip
-    options = BrokerOptions(
-        engine=EngineConfig.mesos("drf"), http_port=0, grpc_port=0, state_dir=state,
-        lease_seconds=600,
-    )  # fmt: skip
-    service = BrokerService(options, backend=cluster).start()
-    try:
+    sandbox = SandboxConfig(mode="auto", cpu="quota")
+    with sandboxed_broker(home, state, sandbox) as (cluster, service):
         assert cluster.sandbox.kind == "bwrap" and cluster.limits_in_force, cluster.sandbox
         service.broker.register(register("B", 512, 256))
         b_dir = state / "agents" / "a1" / "B" / "executor-1"
@@ -133,8 +109,6 @@ def test_an_executor_past_its_memory_is_oom_killed_and_the_broker_lives_on(
         assert held(service.broker)["B"] == {"RUNNING": 1}
         assert os.path.exists(f"/proc/{cluster.pids()[('B', '1')]}")
         assert not group.paths["memory"].parent.joinpath("A+1").exists()  # removed
-    finally:
-        service.stop()
     assert not group.paths["memory"].exists(), "B's cgroup left behind"
 
 
@@ -214,9 +188,10 @@ def test_no_cgroup_memory_controller_is_a_reason_not_a_crash(tmp_path: Path) -> 
     assert cgroups.discover(tmp_path, proc) == "no cgroup memory controller mounted"
 
 
-def test_v2_limits_are_written_as_the_kernel_reads_them() -> None:
-    """The values each file gets, by hand: 1.5 CPUs is 150 ms per 100 ms period; swap none."""
-    limits = cgroups.Limits(memory_bytes=640 * MIB, cpus=1.5, pids=4096)
+def test_limits_are_written_as_the_kernel_reads_them() -> None:
+    """The values each file gets, by hand: 1.5 CPUs weigh 150 (v2) or 1536 shares (v1); with
+    a quota that is 150 ms per 100 ms period, without one none (max, -1); swap none."""
+    limits = cgroups.Limits(memory_bytes=640 * MIB, cpus=1.5, pids=4096, quota=True)
     assert cgroups._settings(2, limits, {"unified"}) == [
         ("unified", ("memory.max", str(640 * MIB))),
         ("unified", ("memory.swap.max", "0")),
@@ -224,9 +199,145 @@ def test_v2_limits_are_written_as_the_kernel_reads_them() -> None:
         ("unified", ("cpu.weight", "150")),
         ("unified", ("pids.max", "4096")),
     ]
+    shares_only = cgroups.Limits(memory_bytes=640 * MIB, cpus=1.5, pids=4096)
+    assert ("unified", ("cpu.max", "max 100000")) in cgroups._settings(2, shares_only, {"unified"})
+    assert cgroups._settings(1, shares_only, {"memory", "cpu"})[2:] == [
+        ("cpu", ("cpu.cfs_period_us", "100000")),
+        ("cpu", ("cpu.cfs_quota_us", "-1")),
+        ("cpu", ("cpu.shares", "1536")),
+    ]
     assert cgroups._settings(1, limits, {"memory"}) == [
         ("memory", ("memory.limit_in_bytes", str(640 * MIB))),
         ("memory", ("memory.memsw.limit_in_bytes", str(640 * MIB))),
     ]
-    tiny = cgroups.Limits(memory_bytes=MIB, cpus=0.001, pids=1)
+    tiny = cgroups.Limits(memory_bytes=MIB, cpus=0.001, pids=1, quota=True)
     assert ("cpu", ("cpu.cfs_quota_us", "1000")) in cgroups._settings(1, tiny, {"memory", "cpu"})
+
+
+# ---- CPU: proportional shares (the default) and the hard quota ------------------------------
+# Says it registered, then keeps three processes busy: more than this 2-core host has, so an
+# executor always wants more CPU than it gets.
+SPIN = r"""#!/bin/bash
+echo 'Successfully registered with driver' >&2
+for _ in 1 2 3; do ( while :; do :; done ) & done
+wait
+"""
+WIDE = [AgentInfo("a1", "127.0.0.1", {"cpus": 8, "mem": 4096})]
+
+
+def spinner(tenant: str, cpus: float) -> LaunchSpec:
+    return LaunchSpec(
+        tenant, "1", "a1", {"cpus": cpus, "mem": 256.0},
+        "spark://CoarseGrainedScheduler@127.0.0.1:4002", f"app-{tenant}", max(1, round(cpus)), 64,
+    )  # fmt: skip
+
+
+def host_cpu_ns(pids: list[int]) -> int:
+    """CPU time the kernel counted for `pids` (utime + stime of /proc/PID/stat), in ns."""
+    ticks = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+def cpu_stat(group: cgroups.ExecutorCgroup) -> dict[str, int]:
+    path = group.paths["cpu"] if group.version == 1 else group.paths["unified"]
+    return {k: int(v) for k, v in (x.split() for x in (path / "cpu.stat").read_text().splitlines())}
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.seen: list = []
+
+    def status(self, status) -> None:
+        self.seen.append(status)
+
+
+@needs_cgroups
+@needs_bwrap
+def test_busy_executors_share_the_cpus_in_proportion_to_their_cores(base: Path) -> None:
+    """sandbox_cpu shares (the default): A (1 CPU) and B (2 CPUs) each keep 3 processes busy
+    on this 2-core host, beside 2 busy processes of the host outside any executor cgroup (each
+    in its own session, as an executor without cgroups is: with autogroups a session weighs
+    as one process). The
+    kernel's own counters (cpuacct.usage of each executor's cgroup, utime+stime of the host's
+    processes) over 6 s: B used twice A's CPU time, and the executors together 3/2 of the
+    host's two processes, since their parent weighs their 3 declared CPUs (3072 shares)
+    against the host's 2 busy processes (1024 each); with the parent at the kernel's default
+    1024 (the executors weighing one process, as before) that would be 1/2. Neither was ever
+    throttled (no quota). Proportions, not speed: the test holds on a loaded machine."""
+    state = base / "state"
+    cluster = LocalCluster(
+        WIDE, state / "agents", spark_home(base, SPIN),
+        sandbox=SandboxConfig(mode="auto", state_dir=state, cpu="shares"),
+    )  # fmt: skip
+    cluster.start(_Events())  # type: ignore[arg-type]
+    host: list = []
+    try:
+        assert cluster.sandbox.kind == "bwrap" and cluster.limits_in_force
+        cluster.launch(spinner("A", 1.0))
+        cluster.launch(spinner("B", 2.0))
+        a, b = (cluster._procs[(t, "1")].cgroup for t in ("A", "B"))
+        assert a is not None and b is not None and a.version == 1
+        for group in (a, b):  # bwrap, the stand-in and its three busy processes
+            wait_for(lambda g=group: len(g.pids()) >= 5, 30, "the spinners started")
+        parent = a.paths["cpu"].parent
+        assert (parent / "cpu.shares").read_text() == "3072\n"  # 1024 + 2048
+        assert (a.paths["cpu"] / "cpu.shares").read_text() == "1024\n"
+        assert (b.paths["cpu"] / "cpu.shares").read_text() == "2048\n"
+        assert (b.paths["cpu"] / "cpu.cfs_quota_us").read_text() == "-1\n"
+        # each in a session of its own, as an executor without cgroups is: with the kernel's
+        # autogroups (sched_autogroup_enabled) a session weighs as one process
+        host = [
+            subprocess.Popen(["bash", "-c", "while :; do :; done"], start_new_session=True)
+            for _ in range(2)
+        ]
+        time.sleep(2)  # let the scheduler settle
+        before = (a.cpu_usage_ns(), b.cpu_usage_ns(), host_cpu_ns([p.pid for p in host]))
+        time.sleep(6)
+        after = (a.cpu_usage_ns(), b.cpu_usage_ns(), host_cpu_ns([p.pid for p in host]))
+        used_a, used_b, used_host = (y - x for x, y in zip(before, after, strict=True))
+        print(
+            f"CPU-s in 6 s: A {used_a / 1e9:.2f}, B {used_b / 1e9:.2f}, host {used_host / 1e9:.2f}"
+        )
+        assert used_a > 0 and used_host > 0
+        assert 1.6 <= used_b / used_a <= 2.5, (used_a, used_b)
+        assert 1.0 <= (used_a + used_b) / used_host <= 2.2, (used_a, used_b, used_host)
+        assert cpu_stat(a)["nr_throttled"] == cpu_stat(b)["nr_throttled"] == 0
+        cluster.kill("A", "1")
+        wait_for(lambda: ("A", "1") not in cluster.pids(), 30, "A stopped")
+        assert (parent / "cpu.shares").read_text() == "2048\n"  # B's alone
+    finally:
+        for process in host:
+            process.kill()
+            process.wait()
+        cluster.stop()
+
+
+@needs_cgroups
+@needs_bwrap
+def test_a_quota_caps_an_executor_at_its_cores_even_with_cpus_idle(base: Path) -> None:
+    """sandbox_cpu quota: an executor declaring 0.05 CPU keeps 3 processes busy; its cgroup's
+    counter shows at most 5 ms of CPU per 100 ms over 5 s (plus one period's slack), and the
+    kernel throttled it (cpu.stat nr_throttled)."""
+    state = base / "state"
+    cluster = LocalCluster(
+        WIDE, state / "agents", spark_home(base, SPIN),
+        sandbox=SandboxConfig(mode="auto", state_dir=state, cpu="quota"),
+    )  # fmt: skip
+    cluster.start(_Events())  # type: ignore[arg-type]
+    try:
+        cluster.launch(spinner("C", 0.05))
+        group = cluster._procs[("C", "1")].cgroup
+        assert group is not None
+        assert (group.paths["cpu"] / "cpu.cfs_quota_us").read_text() == "5000\n"
+        wait_for(lambda: len(group.pids()) >= 5, 30, "the spinners started")
+        start, used0 = time.monotonic(), group.cpu_usage_ns()
+        time.sleep(5)
+        used = group.cpu_usage_ns() - used0
+        elapsed = time.monotonic() - start
+        assert used <= 0.05 * elapsed * 1e9 + 5_000_000, (used, elapsed)
+        assert cpu_stat(group)["nr_throttled"] > 0
+    finally:
+        cluster.stop()

@@ -78,6 +78,7 @@ def test_every_option_has_an_environment_variable() -> None:
         "reclaim_per_run": "2", "reclaim_per_minute": "9", "protected_groups": "prod, etl",
         "ha": None,
         "sandbox": "bwrap", "sandbox_user": "fbexec", "sandbox_hide": "/srv/a, /srv/b",
+        "sandbox_cpu": "quota",
         "tls_cert": "/srv/tls.crt", "tls_key": "/srv/tls.key", "tls_ca": "/srv/ca.crt",
     }  # fmt: skip
     assert set(samples) == set(ServeConfig.model_fields)
@@ -91,6 +92,7 @@ def test_every_option_has_an_environment_variable() -> None:
     assert config.roles == ("a", "b") and config.port == 1 and config.metrics is False
     hidden = config.sandbox_config().hide  # the secret file is hidden from executors too
     assert hidden == (Path("/srv/secret"), Path("/srv/tls.key"), Path("/srv/a"), Path("/srv/b"))
+    assert config.sandbox_config().cpu == "quota"
     engine = config.engine_config()  # FUGA's K and lambda reach the engine's configuration
     assert (engine.fuga_k, engine.fuga_lambda) == (4, 0.5)
     assert engine.protected_groups == ("etl", "prod") and engine.reclaim_after == 0
@@ -121,6 +123,12 @@ def test_flag_defaults_shown_in_help_are_the_schemas() -> None:
         ("backend: mesos\n", {}, [], r"^master: --backend mesos needs a master"),
         ("", {}, ["--master", "m:5050"], r"^master \(from --master\): only with backend mesos"),
         ("- a\n", {}, [], r"expected a mapping of serve options"),
+        (
+            "sandbox_cpu: hard\n",
+            {},
+            [],
+            r"^sandbox_cpu \(from file .*\): Input should be 'off', 'shares' or 'quota'",
+        ),
         ("port: [\n", {}, [], r"malformed YAML at line 2"),
     ],
 )
@@ -138,6 +146,19 @@ def test_bad_configuration_is_one_line_naming_the_key(
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert re.search(expected, lines[0].removeprefix("fairbroker: error: ")), lines[0]
+
+
+def test_sandbox_cpu_is_shares_by_default_and_shown_with_its_source() -> None:
+    """The executors' CPU mode: shares unless asked, from the flag or the environment, in
+    --print-config; the sandbox configuration the backend gets carries it."""
+    values, sources = printed()
+    assert values["sandbox_cpu"] == "shares" and sources["sandbox_cpu"] == "default"
+    values, sources = printed("--sandbox-cpu", "quota")
+    assert values["sandbox_cpu"] == "quota" and sources["sandbox_cpu"] == "--sandbox-cpu"
+    values, sources = printed(env={"FAIRBROKER_SANDBOX_CPU": "off"})
+    assert values["sandbox_cpu"] == "off" and sources["sandbox_cpu"] == "FAIRBROKER_SANDBOX_CPU"
+    config, _ = load_serve_config({}, None, {})
+    assert config.sandbox_config().cpu == "shares"
 
 
 def test_secrets_are_masked_and_runtime_checks_name_the_key(tmp_path: Path) -> None:

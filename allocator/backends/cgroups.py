@@ -7,10 +7,13 @@ memory, cpu and pids hierarchies; cgroup v2: in the unified one). Limits:
 
 - memory: the accounted memory (heap + overhead + off-heap), swap none; past it the kernel's
   OOM killer kills a process of the executor (the JVM, its largest);
-- cpu (only when asked: `SandboxConfig.cpu_limits`): a CFS quota of `cores` CPUs per 100 ms
-  period (throttled, never killed), and a weight of `cores` (v1 shares 1024 per CPU, v2
-  weight 100 per CPU, as Mesos gives tasks): under contention the executor is one
-  scheduling entity of that weight, not one per thread;
+- cpu (`SandboxConfig.cpu`): `shares` gives each executor a weight of its `cores` (v1 shares
+  1024 per CPU, v2 weight 100 per CPU, as Mesos gives tasks): under contention executors
+  share the CPUs in proportion to their cores, and a CPU one leaves idle goes to the others
+  (work-conserving). The executors' parent weighs the sum of its executors' weights, so
+  against the rest of the host the executors count as the busy threads they declared, not as
+  one process. `quota` adds a CFS quota of `cores` CPUs per 100 ms period (throttled, never
+  killed, even on an idle host); `off` leaves the cpu controller alone;
 - pids: `pids` processes and threads (a fork bomb fails to fork, the host does not).
 
 Every process of the executor is in its cgroup, also one that left its process group, so
@@ -32,7 +35,11 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 CFS_PERIOD_US = 100_000
-CONTROLLERS = ("memory", "cpu", "pids")
+# cpuacct (v1 only) holds the usage counter of a cgroup; v2 keeps it in every cgroup's cpu.stat
+CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")
+SHARES_PER_CPU = 1024  # v1 cpu.shares of one CPU (a busy thread's weight at nice 0)
+WEIGHT_PER_CPU = 100  # v2 cpu.weight likewise
+MAX_SHARES, MAX_WEIGHT = 262_144, 10_000  # the kernel's limits
 REMOVE_SECONDS = 2.0
 
 
@@ -41,6 +48,7 @@ class Limits:
     memory_bytes: int
     cpus: float
     pids: int
+    quota: bool = False  # a hard CFS quota of `cpus` (else the weight alone, no ceiling)
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,20 @@ class ExecutorCgroup:
             if key == "oom_kill":
                 return int(value)
         return 0
+
+    def cpu_usage_ns(self) -> int | None:
+        """The CPU time every process of the cgroup has used, in ns, as the kernel counts it
+        (v1 cpuacct.usage, v2 cpu.stat usage_usec); None without the counter."""
+        try:
+            if self.version == 1:
+                return int((self.paths["cpuacct"] / "cpuacct.usage").read_text())
+            for line in (self.paths["unified"] / "cpu.stat").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) * 1000
+        except (KeyError, OSError, ValueError):
+            return None
+        return None
 
     def pids(self) -> set[int]:
         out: set[int] = set()
@@ -143,6 +165,25 @@ class CgroupTree:
             raise
         return group
 
+    def reweigh(self) -> None:
+        """The executors' parent weighs the sum of its executors' weights (at least one
+        CPU's): in a cgroup all the executors would otherwise count as one busy process
+        against the rest of the host, and starve on a busy one."""
+        key, name, unit, high = (
+            ("cpu", "cpu.shares", SHARES_PER_CPU, MAX_SHARES)
+            if self.version == 1
+            else ("unified", "cpu.weight", WEIGHT_PER_CPU, MAX_WEIGHT)
+        )
+        parent = self.parents.get(key)
+        if parent is None or not (parent / name).exists():
+            return  # no cpu controller here
+        total = 0
+        for child in parent.iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                total += int((child / name).read_text())
+        with contextlib.suppress(OSError):
+            (parent / name).write_text(f"{min(high, max(unit, total))}\n")
+
     def open(self, name: str) -> ExecutorCgroup | None:
         """The cgroup of an executor started by an earlier broker, if it is still there."""
         paths = {key: parent / name for key, parent in self.parents.items()}
@@ -159,13 +200,15 @@ class CgroupTree:
 def _settings(version: int, limits: Limits, keys: set[str]) -> list[tuple[str, tuple[str, str]]]:
     """(controller, (file, value)) in the order the kernel needs them."""
     memory = str(limits.memory_bytes)
-    quota = max(1000, round(limits.cpus * CFS_PERIOD_US))  # the kernel's minimum is 1 ms
+    # the kernel's minimum quota is 1 ms; without a quota, none (a cgroup's own default)
+    quota = max(1000, round(limits.cpus * CFS_PERIOD_US)) if limits.quota else None
     if version == 2:  # a file whose controller is not enabled is absent, and skipped
+        weight = min(MAX_WEIGHT, max(1, round(WEIGHT_PER_CPU * limits.cpus)))
         return [
             ("unified", ("memory.max", memory)),
             ("unified", ("memory.swap.max", "0")),
-            ("unified", ("cpu.max", f"{quota} {CFS_PERIOD_US}")),
-            ("unified", ("cpu.weight", str(min(10_000, max(1, round(100 * limits.cpus)))))),
+            ("unified", ("cpu.max", f"{quota or 'max'} {CFS_PERIOD_US}")),
+            ("unified", ("cpu.weight", str(weight))),
             ("unified", ("pids.max", str(limits.pids))),
         ]
     out: list[tuple[str, tuple[str, str]]] = [
@@ -175,10 +218,11 @@ def _settings(version: int, limits: Limits, keys: set[str]) -> list[tuple[str, t
         ("memory", ("memory.memsw.limit_in_bytes", memory)),
     ]
     if "cpu" in keys:
+        shares = min(MAX_SHARES, max(2, round(SHARES_PER_CPU * limits.cpus)))
         out += [
             ("cpu", ("cpu.cfs_period_us", str(CFS_PERIOD_US))),
-            ("cpu", ("cpu.cfs_quota_us", str(quota))),
-            ("cpu", ("cpu.shares", str(max(2, round(1024 * limits.cpus))))),
+            ("cpu", ("cpu.cfs_quota_us", str(quota or -1))),
+            ("cpu", ("cpu.shares", str(shares))),
         ]
     if "pids" in keys:
         out.append(("pids", ("pids.max", str(limits.pids))))

@@ -185,7 +185,8 @@ class LocalCluster:
     def _start_limits(self) -> None:
         if self.sandbox.kind == "none" or not self.sandbox.config.cgroups:
             return
-        wanted = ("memory", "pids", "cpu") if self.sandbox.config.cpu_limits else ("memory", "pids")
+        cpu = ("cpu", "cpuacct") if self.sandbox.config.cpu != "off" else ()
+        wanted = ("memory", "pids", *cpu)
         found = discover(self.workdir, controllers=wanted)
         if isinstance(found, str):
             log.warning(
@@ -273,9 +274,12 @@ class LocalCluster:
             memory_bytes=int(memory * 1024 * 1024),
             cpus=float(spec.resources.get("cpus", spec.cores)),
             pids=self.sandbox.config.pids,
+            quota=self.sandbox.config.cpu == "quota",
         )
         try:
-            return self._cgroups.create(cgroup_name(spec.tenant_id, spec.executor_id), limits)
+            group = self._cgroups.create(cgroup_name(spec.tenant_id, spec.executor_id), limits)
+            self._cgroups.reweigh()
+            return group
         except OSError as error:
             raise FairbrokerError(
                 f"local cluster: cannot create the executor's cgroup ({error})"
@@ -434,6 +438,8 @@ class LocalCluster:
                             f": out of memory, killed by the kernel at its limit of {mem:g} MiB"
                         )
                     proc.cgroup.remove()  # and whatever it left running
+                    if self._cgroups is not None:
+                        self._cgroups.reweigh()
                 with self._lock:
                     self._procs.pop(key, None)
                 out.append(TaskStatus(*key, state, message))

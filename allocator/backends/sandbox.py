@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 SandboxMode = Literal["auto", "bwrap", "user", "none"]
 SANDBOX_MODES: tuple[str, ...] = ("auto", "bwrap", "user", "none")
+CpuMode = Literal["off", "shares", "quota"]
+CPU_MODES: tuple[str, ...] = ("off", "shares", "quota")
 PROBE_SECONDS = 10.0
 NONE_WARNING = (
     "SANDBOX OFF: executors run as {user} beside the broker; a tenant's code can read the "
@@ -70,10 +72,9 @@ class SandboxConfig:
     # every executor's together: a backstop against a fork bomb, not a per-executor share)
     nproc: int = 16384
     cgroups: bool = True  # per-executor cgroup limits where the broker may create cgroups
-    # the cpu controller too (quota and weight by cores). Off by default: in a cpu cgroup an
-    # executor is one scheduling entity, starved beside a host's ungrouped busy processes
-    # (docs/security.md, Resource limits)
-    cpu_limits: bool = False
+    # the cpu controller (docs/security.md, Resource limits): "shares" weighs each executor
+    # by its cores (proportional, work-conserving), "quota" also caps it at them, "off" not
+    cpu: CpuMode = "shares"
     pids: int = 4096  # processes and threads per executor (cgroup pids controller)
     bwrap: str = "bwrap"
 

@@ -52,7 +52,7 @@ SERVE_DEFAULTS = {
     "metrics_port": DEFAULT_METRICS_PORT, "state_dir": ".fairbroker", "lease": 30.0,
     "log_level": "info", "backend": "local", "failover_timeout": 7 * 24 * 3600.0,
     "framework_name": "fairbroker", "spark_home": "/opt/spark", "sandbox": "auto",
-    "sandbox_user": "nobody",
+    "sandbox_user": "nobody", "sandbox_cpu": "shares",
 }  # fmt: skip
 
 
@@ -105,6 +105,13 @@ def serve_options(func):
         click.option(
             "--sandbox-user", default=d("sandbox_user"), show_default=True,
             help="Local backend run as root: the unprivileged user executors run as.",
+        ),
+        click.option(
+            "--sandbox-cpu", type=_choice(["off", "shares", "quota"]), default=d("sandbox_cpu"),
+            show_default=True,
+            help="Local backend: executors' CPU in their cgroups (shares: in proportion to "
+            "their cores, an idle CPU going to whoever wants it; quota: also capped at their "
+            "cores; off: not grouped). docs/security.md.",
         ),
         click.option(
             "--sandbox-hide", multiple=True, metavar="PATH",

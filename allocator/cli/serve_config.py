@@ -137,6 +137,9 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
     sandbox: Literal["auto", "bwrap", "user", "none"] = "auto"
     sandbox_user: str = Field("nobody", min_length=1)  # executors' user when serve runs as root
     sandbox_hide: tuple[Path, ...] = ()  # more paths executors must not see (bwrap)
+    # executors' CPU in their cgroups: shares (by cores, work-conserving), quota (capped at
+    # their cores too), off (docs/security.md, "Resource limits")
+    sandbox_cpu: Literal["off", "shares", "quota"] = "shares"
     limits: tuple[str, ...] = ()  # NAME=VALUE changes to allocator.broker.limits.Limits
     # None: the backend's safe default (local: stop the executors; mesos: fail over)
     teardown_on_exit: bool | None = None
@@ -245,7 +248,7 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
         )
         return SandboxConfig(
             mode=self.sandbox, user=self.sandbox_user, state_dir=self.state_dir,
-            hide=(*secrets, *self.sandbox_hide),
+            hide=(*secrets, *self.sandbox_hide), cpu=self.sandbox_cpu,
         )  # fmt: skip
 
     @property

@@ -8,6 +8,7 @@ pytest puts tests/ on the path):
 - fake_submit.py: a stand-in for spark-submit
 - promtool.py: Prometheus's tools and promtool input series
 - polling.py: a free loopback port, and waiting until a check holds
+- sandbox.py: the executor sandbox's stand-in Spark home and a broker in this process
 - spark.py: real Spark drivers and their executors
 - real_mesos.py: a real Apache Mesos master and agents
 
