@@ -370,6 +370,28 @@ def test_submit_errors_propagate_and_stop_the_batch(tmp_path: Path):
     assert not any(alive(pid) for pid in submit.pids())
 
 
+def test_the_brokers_ca_reaches_the_drivers_environment_not_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`batch --broker --ca-file`: each driver gets FAIRBROKER_CA_FILE (the CA's absolute
+    path, for its plugin) in its own environment, and the batch's process keeps its own; a
+    batch given no CA hands its drivers none, even where this process has one set."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ca.pem").write_text("not read by the fake drivers\n")
+    monkeypatch.setenv("FAIRBROKER_CA_FILE", "/elsewhere/ca.pem")
+    for ca_file, expected in (("ca.pem", str(tmp_path / "ca.pem")), (None, "-")):
+        submit = FakeSubmit(tmp_path / f"fake-{expected != '-'}")
+        result = run_live_batch(
+            parse_batch(scenario(pi_jobs=1, wc_jobs=1, queues=1)), broker="127.0.0.1:1",
+            snapshot=None, workdir=tmp_path / f"out-{expected != '-'}", progress=False,
+            submit=submit, ca_file=ca_file,
+        )  # fmt: skip
+        assert not result.failures
+        seen = {p.stem: p.read_text() for p in submit.state.glob("*.ca")}
+        assert seen == {"pi-q0-j0": expected, "wordcount-q0-j0": expected}
+        assert os.environ["FAIRBROKER_CA_FILE"] == "/elsewhere/ca.pem"  # untouched
+
+
 def test_snapshot_failures_do_not_stop_the_batch(tmp_path: Path):
     broker = FakeBroker()
 

@@ -27,6 +27,8 @@ from allocator.batch.sampler import LiveSeries
 from allocator.errors import FairbrokerError
 from allocator.scenarios.batch import BatchSpec, build_pools
 
+CA_FILE_ENV = "FAIRBROKER_CA_FILE"  # the Spark plugin's CA when no spark.fairbroker.caFile
+
 
 class SubmitPlanLike(Protocol):
     argv: list[str]
@@ -109,6 +111,7 @@ class _Batch:
         workdir: Path,
         oblivious: bool,
         token: str | None,
+        ca_file: Path | None,
         job_timeout: float,
         pools: list[Pool],
     ) -> None:
@@ -121,6 +124,7 @@ class _Batch:
         self.logs = workdir / "jobs"
         self.oblivious = oblivious
         self.token = token
+        self.ca_file = ca_file
         self.job_timeout = job_timeout
         self.processes = DriverProcesses()
         self.stop = threading.Event()
@@ -208,6 +212,15 @@ class _Batch:
             if not self.stop.is_set():
                 self._done(self._run_job(group.name, queue, index), pool, (group_index, k))
 
+    def driver_env(self, plan_env: Mapping[str, str]) -> dict[str, str]:
+        """A driver's environment: this process's and the plan's, with the broker's CA for
+        its plugin exactly as given (none: plain HTTP, whatever this process holds)."""
+        env = {**os.environ, **plan_env}
+        env.pop(CA_FILE_ENV, None)
+        if self.ca_file is not None:
+            env[CA_FILE_ENV] = str(self.ca_file.resolve())
+        return env
+
     def _run_job(self, group: str, queue: int, index: int) -> JobRecord:
         app = self.apps[group]
         name = f"{group}-q{queue}-j{index}"
@@ -222,7 +235,7 @@ class _Batch:
         log = self.logs / f"{name}.log"
         with open(log, "wb") as out:
             submitted = self.now()
-            process = self.processes.start(plan.argv, {**os.environ, **plan.env}, out)
+            process = self.processes.start(plan.argv, self.driver_env(plan.env), out)
             try:
                 exit_code: int | None = process.wait(timeout=self.job_timeout)
             except subprocess.TimeoutExpired:
@@ -243,6 +256,7 @@ def run_live_batch(
     workdir: Path,
     oblivious: bool = False,
     token: str | None = None,
+    ca_file: str | Path | None = None,
     progress: bool = True,
     sample_interval: float = 0.5,
     job_timeout: float = 600,
@@ -253,7 +267,9 @@ def run_live_batch(
 
     `snapshot` returns the broker's Allocation message as protobuf JSON (None: no allocation
     series). `submit` builds each job's command line; the default is
-    spark_shim.submit.spark_submit_command. Job logs go to workdir/jobs/<job>.log.
+    spark_shim.submit.spark_submit_command. Job logs go to workdir/jobs/<job>.log. `ca_file`
+    (a broker serving TLS): the CA certificate(s) the drivers' plugin trusts, handed to them
+    in their environment (FAIRBROKER_CA_FILE); without it they get none.
     `admission` admits every job of the batch as one pool (allocator.admission); without
     it, groups with an `admission:` section are pools of their own and the others run their
     submission queues.
@@ -273,6 +289,7 @@ def run_live_batch(
         workdir=workdir,
         oblivious=oblivious,
         token=token,
+        ca_file=Path(ca_file) if ca_file is not None else None,
         job_timeout=job_timeout,
         pools=build_pools(spec, admission),
     )

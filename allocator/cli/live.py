@@ -8,7 +8,6 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import click
 
@@ -536,9 +535,9 @@ def batch(
     # A group's weight is its role's weight, in the simulator and here alike.
     engine = engine.with_default_role_weights(spec.role_weights())
     if broker is not None:
-        if ca_file is not None:  # the drivers' plugin reads it from their environment
-            os.environ[CA_FILE_ENV] = str(Path(ca_file).resolve())
         _check_running_broker(BrokerTarget(broker, token, ca_file), engine)
+    else:
+        ca_file = None  # the broker started here speaks plain HTTP
     workdir = prepare_output_dir(out, "--out")
     service = None
     if broker is None:
@@ -568,6 +567,7 @@ def batch(
             workdir=workdir,
             oblivious=engine.mode == "oblivious",
             token=token,
+            ca_file=ca_file,  # handed to the drivers in their environment
             progress=not quiet,
             job_timeout=job_timeout,
             admission=AdmissionConfig(Policy(admission)) if admission else None,

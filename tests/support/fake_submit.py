@@ -15,6 +15,7 @@ import math, os, subprocess, sys, time
 job = os.environ["FAKE_JOB"]
 state = os.environ["FAKE_STATE"]
 open(os.path.join(state, job + ".pid"), "w").write(str(os.getpid()))
+open(os.path.join(state, job + ".ca"), "w").write(os.environ.get("FAIRBROKER_CA_FILE", "-"))
 if os.environ.get("FAKE_CHILD"):  # a grandchild, as spark-submit's JVM has
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     open(os.path.join(state, job + ".child"), "w").write(str(child.pid))
