@@ -361,6 +361,82 @@ def _python_for(uid: int, base: Path) -> str:
     return str(venv / "bin" / "python")
 
 
+def test_a_driver_without_the_ca_stops_saying_the_broker_serves_tls(tmp_path: Path) -> None:
+    """Issue 25: a real driver given no CA (no spark.fairbroker.caFile, no FAIRBROKER_CA_FILE)
+    speaks plain HTTP to a TLS-only broker and gets no answer; its plugin sees the broker
+    answer a TLS handshake and stops the driver at start with one line saying what to set,
+    instead of retrying as for an unreachable broker. No tenant registers."""
+    from support.pki import make_ca, make_server_cert
+
+    _, ca_key, ca_name = make_ca(tmp_path, "test-ca")
+    options = BrokerOptions(
+        engine=engine_from({}, scheduler="drf", interval=0.5), http_port=0, grpc_port=0,
+        state_dir=tmp_path / "broker", agents=TWO_AGENTS,
+        tls=make_server_cert(tmp_path, ca_key, ca_name),
+    )  # fmt: skip
+    with BrokerService(options) as service:
+        driver = Driver(
+            service.http_address, [str(HOSTS_JOB), "1", "2", "0"], workdir=tmp_path,
+            name="no-ca", conf=PI_CONF,
+        )  # fmt: skip
+        assert "FAIRBROKER_CA_FILE" not in driver.process.args and driver.process.poll() is None
+        code, _ = driver.wait(timeout=180)
+        output = driver.log.read_text(errors="replace")
+        assert code != 0, output[-3000:]
+        expected = (
+            f"fairbroker: the broker at {service.http_address} serves TLS: set "
+            "spark.fairbroker.caFile (or FAIRBROKER_CA_FILE) to the CA certificate that issued "
+            "its certificate"
+        )
+        assert expected in output, output[-5000:]
+        assert "retrying registration" not in output
+        assert not service.broker.allocation().tenants
+    assert executor_processes(str(tmp_path)) == []
+
+
+def test_batch_hands_the_ca_to_its_drivers_against_a_tls_broker(tmp_path: Path) -> None:
+    """Issue 25: `fairbroker batch --broker ADDRESS --ca-file CA` against a TLS-only broker:
+    one small Pi job, whose driver's plugin trusts the CA from its environment (the batch
+    process hands FAIRBROKER_CA_FILE to the drivers it starts), registers over HTTPS, gets
+    its executor and finishes with a checked answer."""
+    import json
+
+    from support.pki import make_ca, make_server_cert
+
+    ca, ca_key, ca_name = make_ca(tmp_path, "test-ca")
+    options = BrokerOptions(
+        engine=engine_from({}, scheduler="drf", interval=0.5), http_port=0, grpc_port=0,
+        state_dir=tmp_path / "broker", agents=TWO_AGENTS,
+        tls=make_server_cert(tmp_path, ca_key, ca_name),
+    )  # fmt: skip
+    scenario = tmp_path / "one-pi.yaml"
+    scenario.write_text(
+        "name: one-pi\n"
+        "agents:\n  - {name: a1, resources: {cpus: 4, mem: 7168}}\n"
+        "groups:\n"
+        "  - name: pi\n    queues: 1\n    jobs_per_queue: 1\n    executors: 1\n"
+        "    spark: {spark.executor.cores: 1, spark.executor.memory: 640m}\n"
+        "    app: {kind: pi, partitions: 2, samples: 2000}\n    job: {work: 2}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRBROKER_")}
+    with BrokerService(options) as service:
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "fairbroker"), "batch", str(scenario),
+             "--broker", service.http_address, "--ca-file", str(ca),
+             "--out", str(tmp_path / "out"), "--quiet", "--job-timeout", "240"],
+            capture_output=True, text=True, timeout=400, env=env, cwd=tmp_path,
+        )  # fmt: skip
+        logs = "".join(p.read_text() for p in (tmp_path / "out" / "jobs").glob("*.log"))
+        assert done.returncode == 0, done.stderr[-3000:] + logs[-3000:]
+        result = json.loads((tmp_path / "out" / "result.json").read_text())
+        assert result["failures"] == 0 and result["jobs"] == 1, result
+        assert result["job_list"][0]["ok"], result["job_list"][0]
+        registering = "fairbroker: registering tenant "
+        line = next(x for x in logs.splitlines() if registering in x)
+        assert f"with https://{service.http_address}" in line, line  # the plugin spoke TLS
+    assert executor_processes(str(tmp_path)) == []
+
+
 def test_the_spark_plugin_reaches_a_tls_broker_trusting_its_ca(tmp_path: Path) -> None:
     """Issue 25: the broker serves its tenant API over TLS only (a CA and a 127.0.0.1
     certificate made here); a real Pi job whose driver has spark.fairbroker.caFile set

@@ -4,6 +4,8 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.io.InputStream;
+import java.net.InetSocketAddress;
+import java.net.Socket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -15,12 +17,16 @@ import java.security.GeneralSecurityException;
 import java.security.KeyStore;
 import java.security.cert.Certificate;
 import java.security.cert.CertificateFactory;
+import java.security.cert.X509Certificate;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import javax.net.ssl.SSLContext;
+import javax.net.ssl.SSLSocket;
+import javax.net.ssl.TrustManager;
 import javax.net.ssl.TrustManagerFactory;
+import javax.net.ssl.X509TrustManager;
 
 /**
  * The broker's tenant API: POST /v1/<Method> with protobuf-JSON bodies. With several
@@ -119,6 +125,46 @@ final class BrokerClient {
       throw new IllegalArgumentException(
           "fairbroker: cannot use spark.fairbroker.caFile " + caFile + ": " + e.getMessage(), e);
     }
+  }
+
+  /**
+   * Does the broker at {@code baseUrl} (plain http://) answer a TLS handshake with a
+   * certificate? Asked when plain HTTP gets no answer, so that a driver missing the CA says
+   * so instead of retrying forever. Only the handshake is made (nothing is sent after it, no
+   * token), trusting any certificate just to see one; false when unsure.
+   */
+  static boolean speaksTls(String baseUrl) {
+    URI uri = URI.create(baseUrl);
+    boolean[] certified = {false};
+    X509TrustManager seeing =
+        new X509TrustManager() {
+          @Override
+          public void checkClientTrusted(X509Certificate[] chain, String auth) {}
+
+          @Override
+          public void checkServerTrusted(X509Certificate[] chain, String auth) {
+            certified[0] = chain != null && chain.length > 0;
+          }
+
+          @Override
+          public X509Certificate[] getAcceptedIssuers() {
+            return new X509Certificate[0];
+          }
+        };
+    try (Socket raw = new Socket()) {
+      raw.connect(new InetSocketAddress(uri.getHost(), uri.getPort()), 3000);
+      raw.setSoTimeout(3000);
+      SSLContext probe = SSLContext.getInstance("TLS");
+      probe.init(null, new TrustManager[] {seeing}, null);
+      try (SSLSocket tls =
+          (SSLSocket)
+              probe.getSocketFactory().createSocket(raw, uri.getHost(), uri.getPort(), false)) {
+        tls.startHandshake();
+      }
+    } catch (IOException | GeneralSecurityException e) {
+      return certified[0];
+    }
+    return certified[0];
   }
 
   /** {@code sparkbroker://HOST:PORT} to {@code http://HOST:PORT} (the first address). */

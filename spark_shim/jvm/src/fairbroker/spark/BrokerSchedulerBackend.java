@@ -65,6 +65,7 @@ public class BrokerSchedulerBackend extends CoarseGrainedSchedulerBackend {
   private volatile boolean registered;
   private volatile boolean everRegistered;
   private volatile boolean stopping;
+  private final boolean tls; // spark.fairbroker.caFile given: https to the broker
   private int heartbeatFailures;
   // Executors already decommissioned at the broker's request (heartbeat thread only).
   private final Set<String> decommissioned = new HashSet<>();
@@ -77,7 +78,8 @@ public class BrokerSchedulerBackend extends CoarseGrainedSchedulerBackend {
     // TLS: trust the CA in this PEM file (the broker serves tls_cert); plain HTTP without it
     String caFile =
         sc.conf().get("spark.fairbroker.caFile", System.getenv("FAIRBROKER_CA_FILE"));
-    client = new BrokerClient(BrokerClient.baseUrls(masterUrl, caFile != null), token, caFile);
+    tls = caFile != null;
+    client = new BrokerClient(BrokerClient.baseUrls(masterUrl, tls), token, caFile);
     registration = new Registration(sc.conf(), applicationId());
     configuredHeartbeatMs =
         Math.max(100, sc.conf().getTimeAsMs("spark.fairbroker.heartbeatInterval", "2s"));
@@ -110,6 +112,12 @@ public class BrokerSchedulerBackend extends CoarseGrainedSchedulerBackend {
         queueRegister();
       }
     } catch (IOException e) {
+      if (!tls && BrokerClient.speaksTls(client.baseUrl)) {
+        throw new IllegalStateException(
+            "fairbroker: the broker at " + client.baseUrl.substring("http://".length())
+                + " serves TLS: set spark.fairbroker.caFile (or FAIRBROKER_CA_FILE) to the CA "
+                + "certificate that issued its certificate (plain HTTP got: " + describe(e) + ")");
+      }
       LOG.warn("fairbroker: broker {} unreachable ({}); retrying registration in the background",
           client.baseUrl, describe(e));
       queueRegister();
