@@ -291,8 +291,10 @@ def test_a_real_job_runs_in_the_executor_sandbox() -> None:
     """Issue 25: with the sandbox serve uses by default (auto: bubblewrap here, as nobody when
     the tests run as root) a real Pi job's executors start, register with their driver over
     loopback, run Python tasks and finish; each executor is bubblewrap's, its JVM runs as the
-    sandbox user, and none is left after the broker stops. (The state directory is outside
-    pytest's private tmp, which the sandbox user could not pass through.)"""
+    sandbox user, and none is left after the broker stops; where cgroups can be made, each
+    executor (2 cores) weighs 2048 CPU shares with no quota, serve's default. (The state
+    directory is outside pytest's private tmp, which the sandbox user could not pass
+    through.)"""
     # not under /tmp, which is private inside the sandbox (the interpreter lives under base)
     base = Path(tempfile.mkdtemp(prefix="fairbroker-sandbox-spark-", dir="/var/tmp"))
     base.chmod(0o755)
@@ -320,6 +322,13 @@ def test_a_real_job_runs_in_the_executor_sandbox() -> None:
                 time.sleep(0.2)  # bounded by the driver's own timeout
                 jvms = executor_processes(str(base), jvms_only=True)
             assert jvms, _executor_logs(base / "broker")
+            backend = service.broker.backend
+            if backend.limits_in_force:  # serve's default sandbox_cpu: shares by cores
+                groups = [p.cgroup for p in backend._procs.values() if p.cgroup is not None]
+                assert groups
+                for group in groups:
+                    assert (group.paths["cpu"] / "cpu.shares").read_text() == "2048\n"
+                    assert (group.paths["cpu"] / "cpu.cfs_quota_us").read_text() == "-1\n"
             owners = {Path(f"/proc/{pid}").stat().st_uid for pid in jvms}
             leaders = service.broker.backend.pids().values()
             firsts = {Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0] for p in leaders}
