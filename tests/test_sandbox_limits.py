@@ -420,3 +420,87 @@ def test_the_v2_cgroup_path_on_the_kernels_unified_hierarchy() -> None:
                 time.sleep(0.1)
                 with contextlib.suppress(OSError):
                     leaf.rmdir()
+
+
+# ---- the operator's switch: fairbroker serve --sandbox-cpu ------------------------------------
+SLEEPER = "#!/bin/bash\necho 'Successfully registered with driver' >&2\nexec sleep 300\n"
+
+
+@needs_cgroups
+@needs_bwrap
+@pytest.mark.parametrize(
+    ("mode", "controllers", "quota"),
+    [("off", "memory, pids", None), ("quota", "memory, cpu, cpuacct, pids", "100000\n")],
+)
+def test_serve_sandbox_cpu_reaches_the_executors_cgroups(
+    base: Path, mode: str, controllers: str, quota: str | None
+) -> None:
+    """`fairbroker serve --sandbox-cpu MODE` (a real serve subprocess): its start line names
+    the cgroup controllers in force, and with quota a tenant's executor of 1 CPU registered
+    over HTTP gets a quota of 100 ms per 100 ms and 1024 shares; with off, no cpu cgroup."""
+    import json
+    import signal
+    import sys
+    import urllib.request
+
+    from support.polling import free_port
+
+    home = spark_home(base, SLEEPER)
+    state = base / "state"
+    port = free_port()
+    log = base / "serve.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRBROKER_")}
+    (base / "cluster.yaml").write_text(
+        "agents:\n  - {name: a1, hostname: 127.0.0.1, resources: {cpus: 4, mem: 4096}}\n"
+    )
+    serve = subprocess.Popen(
+        [str(Path(sys.executable).parent / "fairbroker"), "serve", "--state-dir", str(state),
+         "--cluster", str(base / "cluster.yaml"), "--port", str(port), "--grpc-port",
+         str(free_port()), "--no-metrics", "--sandbox", "bwrap", "--sandbox-cpu", mode],
+        env={**env, "SPARK_HOME": str(home)}, stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"), cwd=base,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: "executor limits:" in log.read_text() or serve.poll() is not None, 60,
+                 "serve's executor limits line")  # fmt: skip
+        assert serve.poll() is None, log.read_text()
+        line = next(x for x in log.read_text().splitlines() if "executor limits:" in x)
+        assert f"cgroup v1 ({controllers}) under" in line, line
+        body = {
+            "tenantId": "A", "demand": {"cpus": 1, "mem": 512}, "target": 1,
+            "launch": {"driverUrl": "spark://CoarseGrainedScheduler@127.0.0.1:4002",
+                       "appId": "app-A", "cores": 1, "heapMib": 128},
+        }  # fmt: skip
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/Register", data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        wait_for(lambda: _answers(request), 30, "serve's tenant API")
+        mounts, _ = cgroups._mounts(Path("/proc/self/mountinfo").read_text())
+        own, _ = cgroups._own(Path(f"/proc/{serve.pid}/cgroup").read_text())
+        name = cgroups.parent_name(state / "agents")
+        memory = mounts["memory"] / own["memory"].lstrip("/") / name / "A+1"
+        wait_for(memory.is_dir, 30, "A's executor cgroup")
+        cpu = mounts["cpu"] / own["cpu"].lstrip("/") / name / "A+1"
+        if quota is None:
+            assert not cpu.exists()
+        else:
+            assert (cpu / "cpu.cfs_quota_us").read_text() == quota
+            assert (cpu / "cpu.shares").read_text() == "1024\n"
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        try:
+            serve.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+            serve.wait()
+
+
+def _answers(request) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
