@@ -504,3 +504,33 @@ def _answers(request) -> bool:
             return answer.status == 200
     except OSError:
         return False
+
+
+ULIMITS = r"""#!/bin/bash
+echo "core=$(ulimit -c) nofile=$(ulimit -n) nproc=$(ulimit -u)" > limits.tmp
+mv limits.tmp limits
+echo 'Successfully registered with driver' >&2
+exec sleep 300
+"""
+
+
+@needs_bwrap
+def test_every_sandboxed_executor_runs_under_prlimit(base: Path) -> None:
+    """With or without cgroups, a sandboxed executor runs with no core files, 65536 open
+    files and 16384 processes of its user (each lowered to the broker's hard limit if that is
+    lower), as its own shell reports them (`ulimit`)."""
+    import resource
+
+    def within(which: int, wanted: int) -> int:
+        hard = resource.getrlimit(which)[1]
+        return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+
+    state = base / "state"
+    sandbox = SandboxConfig(mode="bwrap", cgroups=False)
+    with sandboxed_broker(spark_home(base, ULIMITS), state, sandbox) as (_, service):
+        service.broker.register(request("A", {"cpus": 1.0, "mem": 512.0}, target=1))
+        report = state / "agents" / "a1" / "A" / "executor-1" / "limits"
+        wait_for(report.exists, 60, "the executor's ulimit report")
+        nofile = within(resource.RLIMIT_NOFILE, 65536)
+        nproc = within(resource.RLIMIT_NPROC, 16384)
+        assert report.read_text().split() == ["core=0", f"nofile={nofile}", f"nproc={nproc}"]
