@@ -32,6 +32,7 @@ from allocator.scenarios.batch import load_batch, parse_batch
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "benchmarks" / "scenarios"
 
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
