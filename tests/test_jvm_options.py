@@ -5,6 +5,7 @@ the old shlex filter are refused naming the option, at Register, over HTTP and g
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -395,6 +396,76 @@ def test_the_broker_refuses_each_bypass_over_http_and_grpc_and_launches_nothing(
         assert len(client.allocation().tenants) == 0
     assert cluster.pids() == {}
     assert not (tmp_path / "agents").exists() or not list((tmp_path / "agents").rglob("env.out"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to start serve as nobody")
+def test_a_broker_run_as_an_unprivileged_user_refuses_each_bypass(sandbox_base: Path) -> None:
+    """The same refusals from `fairbroker serve` run as nobody (setpriv), over HTTP: 400 naming
+    the option, no tenant registered, no executor started."""
+    import pwd
+    import signal
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+
+    from support.polling import free_port, wait_for
+    from support.sandbox import spark_home
+
+    nobody = pwd.getpwnam("nobody")
+    home = spark_home(sandbox_base, "#!/bin/bash\nexec sleep 30\n")
+    state = sandbox_base / "state"
+    state.mkdir()
+    os.chown(state, nobody.pw_uid, nobody.pw_gid)
+    (sandbox_base / "cluster.yaml").write_text(
+        "agents:\n  - {name: a1, hostname: 127.0.0.1, resources: {cpus: 8, mem: 8192}}\n"
+    )
+    port = free_port()
+    log = sandbox_base / "serve.log"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SPARK_HOME": str(home),
+           "HOME": str(sandbox_base)}  # fmt: skip
+    serve = subprocess.Popen(
+        ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
+         "--", str(Path(sys.executable).parent / "fairbroker"), "serve", "--state-dir",
+         str(state), "--cluster", str(sandbox_base / "cluster.yaml"), "--port", str(port),
+         "--grpc-port", str(free_port()), "--no-metrics"],
+        env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"), cwd=sandbox_base,
+    )  # fmt: skip
+
+    def post(method: str, data: bytes | None) -> tuple[int, dict]:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/{method}", data=data,
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status, json.loads(answer.read() or b"{}")
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"{}")
+
+    def up() -> bool:
+        try:
+            return post("GetAllocation", None)[0] == 200
+        except OSError:
+            return serve.poll() is not None
+
+    try:
+        wait_for(up, 60, "serve up")
+        assert serve.poll() is None, log.read_text()
+        assert Path(f"/proc/{serve.pid}").stat().st_uid == nobody.pw_uid
+        for i, (value, option) in enumerate(BYPASSES):
+            status, reply = post("Register", body(f"bad-{i}", value))
+            assert status == 400 and reply["code"] == "INVALID_ARGUMENT", (value, reply)
+            assert "SPARK_EXECUTOR_OPTS" in reply["error"] and repr(option) in reply["error"]
+        assert post("GetAllocation", None)[1].get("tenants", []) == []
+        assert not list((state / "agents").rglob("executor-*"))
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        try:
+            serve.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+            serve.wait()
 
 
 def test_the_broker_launches_legit_options_unchanged(embedded, tmp_path: Path) -> None:
