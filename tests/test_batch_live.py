@@ -32,6 +32,7 @@ from allocator.scenarios.batch import load_batch, parse_batch
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "benchmarks" / "scenarios"
 
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -298,7 +299,7 @@ def test_wrong_answers_failures_and_timeouts_are_recorded(tmp_path: Path):
     assert [j.name for j in result.failures] == ["pi-q0-j0", "pi-q1-j0", "pi-q1-j1"]
     # the timed-out job's child too: it was SIGKILLed, and dies (is reaped by init) within
     # moments; left alone it would sleep for two minutes
-    wait_for(lambda: not any(alive(pid) for pid in submit.pids()), 5, "the jobs' processes to end")
+    wait_for(lambda: not any(alive(pid) for pid in submit.pids()), 30, "the jobs' processes to end")
     summary = result.render_summary()
     assert "no allocation samples" in summary
     assert "failed: pi-q1-j1: timed out" in summary
