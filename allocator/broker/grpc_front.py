@@ -200,8 +200,9 @@ class GrpcFront:
 
     async def _relay(self, client: socket.socket, key: str, freed: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
-        backend = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        backend: socket.socket | None = None
         try:
+            backend = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # EMFILE: no relay
             client.setblocking(False)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             backend.setblocking(False)
@@ -220,7 +221,8 @@ class GrpcFront:
         except (OSError, TimeoutError) as error:
             log.debug("gRPC relay for %s ended: %s", key, error)
         finally:
-            backend.close()
+            if backend is not None:
+                backend.close()
             client.close()
             self._by_address[key] -= 1
             if not self._by_address[key]:

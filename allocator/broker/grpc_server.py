@@ -241,6 +241,10 @@ class _Arrivals(grpc.GenericRpcHandler):
 
 
 class TenantGrpcServer:
+    """The tenant API's gRPC service. Its TCP port belongs to a GrpcFront (grpc_front.py),
+    which limits connections per client address and relays them to the gRPC server on a
+    private Unix socket."""
+
     def __init__(
         self,
         broker: Broker,
