@@ -665,10 +665,16 @@ def test_a_real_spark_job_runs_through_a_failover(tmp_path: Path, zk: ZooKeeper)
 
         before = wait_for(two_jvms, 180, "two executor JVMs")
         time.sleep(5)  # the job's tasks are running on them
+
+        def two_running() -> dict[str, str] | None:
+            held = _executors(a, driver_tenant(a))  # ids 1 and 2 unless a launch failed
+            return held if list(held.values()) == ["RUNNING"] * 2 else None
+
+        held = wait_for(two_running, 60, "the leader to hold two running executors")
         a.process.send_signal(signal.SIGKILL)
         a.process.wait(10)
         wait_for(lambda: b.healthz()[0] == 200, 90, "the standby to take over")
-        assert _executors(b, driver_tenant(b)) == {"1": "RUNNING", "2": "RUNNING"}
+        assert _executors(b, driver_tenant(b)) == held
         assert sorted(executor_processes(str(state), jvms_only=True)) == before
         code, result = driver.wait()
         assert code == 0, driver.output()
@@ -800,8 +806,8 @@ def test_a_real_spark_job_runs_through_a_failover_on_a_real_master(
             print(f"take-over after SIGKILL: {time.monotonic() - killed_at:.1f} s")
             assert [(f["id"], f["active"]) for f in mesos.frameworks()] == [(framework_id, True)]
             assert running() == before
-            wait_for(lambda: driver_tenant(b) and _executors(b, driver_tenant(b))
-                     == {"1": "RUNNING", "2": "RUNNING"}, 60,
+            held = {task.rsplit(".", 1)[1]: "RUNNING" for task in before}  # TENANT.EXECUTOR
+            wait_for(lambda: driver_tenant(b) and _executors(b, driver_tenant(b)) == held, 60,
                      "the new leader to hold the driver's two executors")  # fmt: skip
             code, result = driver.wait(timeout=300)
             assert code == 0, driver.output()
