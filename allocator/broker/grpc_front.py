@@ -34,11 +34,16 @@ log = logging.getLogger(__name__)
 CONNECTIONS_PER_ADDRESS = 16
 CHUNK = 64 * 1024
 CONNECT_SECONDS = 5.0  # to the gRPC server's Unix socket
-# accept() failing for want of descriptors: tried again after this long (the connections
-# wait in the backlog meanwhile)
+# accept() failing for want of descriptors (or any reason but the connection's own): tried
+# again after this long, the connections waiting in the backlog meanwhile
 EXHAUSTED_RETRY_SECONDS = 1.0
 LOG_EVERY_SECONDS = 10.0
-_EXHAUSTED = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+# accept() errors that concern the one pending connection (Linux passes its network errors
+# on), not the listener
+_GONE = (
+    errno.ECONNABORTED, errno.EPROTO, errno.EPERM, errno.ENETDOWN, errno.ENOPROTOOPT,
+    errno.EHOSTDOWN, errno.ENONET, errno.EHOSTUNREACH, errno.EOPNOTSUPP, errno.ENETUNREACH,
+)  # fmt: skip
 
 
 def client_key(host: str) -> str:
@@ -123,7 +128,7 @@ class GrpcFront:
         self._refused = _Tally(
             "gRPC: %d connections refused: more than %d at once from one address (last: %s)"
         )
-        self._exhausted = _Tally("gRPC: accept() failed %d times: %s; retrying once a second")
+        self._exhausted = _Tally("gRPC: %d accept() failures (last: %s); retried each second")
 
     @property
     def backend_target(self) -> str:
@@ -183,10 +188,12 @@ class GrpcFront:
             try:
                 client, peer = await loop.sock_accept(self._listener)
             except OSError as error:
-                if error.errno in _EXHAUSTED:
-                    self._exhausted(error.strerror)
-                    await asyncio.sleep(EXHAUSTED_RETRY_SECONDS)
-                continue  # ECONNABORTED and the like: that connection is gone
+                if error.errno in _GONE:  # that connection is gone; the next one may be fine
+                    continue
+                # out of descriptors (or worse): the connections wait in the backlog
+                self._exhausted(error.strerror)
+                await asyncio.sleep(EXHAUSTED_RETRY_SECONDS)
+                continue
             key = client_key(str(peer[0]))
             if self._by_address[key] >= self.per_address:
                 _reset(client)
