@@ -60,7 +60,8 @@ def test_one_address_cannot_take_every_grpc_connection(tmp_path: Path) -> None:
     once while its three are held (the gRPC server has room for 128), connections from
     127.0.0.3 and a real gRPC client from 127.0.0.1 are served meanwhile, and 127.0.0.2
     gets in again once it closes one; the refusal is logged with the address. The gRPC
-    server's private Unix socket is gone after the stop."""
+    server's Unix socket is an abstract one: no file in the temporary directory, and gone
+    with the process."""
     private_tmp = tmp_path / "tmp"
     private_tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(private_tmp)}
@@ -71,7 +72,7 @@ def test_one_address_cannot_take_every_grpc_connection(tmp_path: Path) -> None:
     )  # fmt: skip
     held: list[socket.socket] = []
     try:
-        assert next(p.name for p in private_tmp.iterdir()).startswith("fairbroker-grpc-")
+        assert _abstract_sockets(process.pid), "the gRPC server's abstract socket"
         held = [_open(grpc_port, "127.0.0.2") for _ in range(3)]
         assert [_answer(s) for s in held] == ["settings"] * 3
         with _open(grpc_port, "127.0.0.2") as fourth:
@@ -100,4 +101,12 @@ def test_one_address_cannot_take_every_grpc_connection(tmp_path: Path) -> None:
             s.close()
         status = stop_gracefully(process)
     assert status == 0, err.read_text()[-2000:]
-    assert list(private_tmp.iterdir()) == []  # the Unix socket's directory removed
+    assert list(private_tmp.iterdir()) == []  # nothing left in the temporary directory
+    assert _abstract_sockets(process.pid) == []
+
+
+def _abstract_sockets(pid: int) -> list[str]:
+    """The listening abstract Unix sockets of the gRPC relay of broker `pid`."""
+    prefix = f"@fairbroker-grpc-{pid}-"
+    lines = Path("/proc/net/unix").read_text().splitlines()[1:]
+    return [line.split()[-1] for line in lines if line.split()[-1].startswith(prefix)]

@@ -1,6 +1,7 @@
 """The gRPC port's front door: it accepts the TCP connections, keeps at most `per_address`
 of them from one client address and `total` in all, and relays each, byte for byte, to the
-gRPC server, which listens on a Unix socket in a private directory.
+gRPC server, which listens on an abstract Unix socket (Linux: a name, no file, so nothing
+is left behind however the broker ends).
 
 grpcio accepts its own connections and limits only their total
 (grpc.max_allowed_incoming_connections), so one client address could hold every connection
@@ -19,14 +20,13 @@ import contextlib
 import errno
 import ipaddress
 import logging
-import shutil
+import os
+import secrets
 import socket
 import struct
-import tempfile
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -105,20 +105,17 @@ class _Tally:
 
 class GrpcFront:
     """Bound at construction (so a port in use fails there); `start()` runs the relay on a
-    thread of its own, `stop()` closes every connection and removes the Unix socket."""
+    thread of its own, `stop()` closes every connection."""
 
     def __init__(self, host: str, port: int, total: int, per_address: int) -> None:
         if total < 1 or per_address < 1:
             raise ValueError("total and per_address must be at least 1")
         self.total = total
         self.per_address = per_address
-        self._dir = Path(tempfile.mkdtemp(prefix="fairbroker-grpc-"))  # 0700: ours alone
-        self.backend_path = str(self._dir / "grpc.sock")
-        try:
-            self._listener = _listen(host, port)
-        except BaseException:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            raise
+        # a local process may connect to it directly, as it may to the TCP port from any
+        # 127.x address: the token and TLS hold there too
+        self.backend_name = f"fairbroker-grpc-{os.getpid()}-{secrets.token_hex(8)}"
+        self._listener = _listen(host, port)
         self.port: int = self._listener.getsockname()[1]
         self._by_address: Counter[str] = Counter()
         self._open = 0
@@ -132,8 +129,8 @@ class GrpcFront:
 
     @property
     def backend_target(self) -> str:
-        """The gRPC server's address (grpcio's `unix:` form)."""
-        return f"unix:{self.backend_path}"
+        """The gRPC server's address (grpcio's `unix-abstract:` form)."""
+        return f"unix-abstract:{self.backend_name}"
 
     def connections(self) -> dict[str, int]:
         """Open connections by client address (a copy; for tests and debugging)."""
@@ -164,7 +161,6 @@ class GrpcFront:
                 loop.call_soon_threadsafe(stopping.set)
             self._thread.join(timeout=5)
         self._listener.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
 
     # ---- the loop ------------------------------------------------------------------------
     async def _serve(self) -> None:
@@ -213,7 +209,8 @@ class GrpcFront:
             client.setblocking(False)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             backend.setblocking(False)
-            await asyncio.wait_for(loop.sock_connect(backend, self.backend_path), CONNECT_SECONDS)
+            address = "\0" + self.backend_name  # the abstract namespace
+            await asyncio.wait_for(loop.sock_connect(backend, address), CONNECT_SECONDS)
             pipes = {
                 asyncio.create_task(_pipe(loop, client, backend)),
                 asyncio.create_task(_pipe(loop, backend, client)),

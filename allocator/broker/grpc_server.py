@@ -243,7 +243,7 @@ class _Arrivals(grpc.GenericRpcHandler):
 class TenantGrpcServer:
     """The tenant API's gRPC service. Its TCP port belongs to a GrpcFront (grpc_front.py),
     which limits connections per client address and relays them to the gRPC server on a
-    private Unix socket."""
+    private (abstract) Unix socket."""
 
     def __init__(
         self,
