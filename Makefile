@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV35 := .venv-spark35
 RUN_DIR ?= results/run
 
-.PHONY: install system-deps deploy-tools mesos run test test-fast test-slow spark35 test-spark35 lint bench \
+.PHONY: install system-deps deploy-tools mesos run test test-busy test-fast test-slow spark35 test-spark35 lint bench \
 	clean cluster-up cluster-batch cluster-down
 
 install: $(STAMP)
@@ -63,9 +63,23 @@ mesos:
 
 # Two pytest workers (pytest-xdist, each test to whichever is free): most of the real-component
 # tests wait on Spark, Mesos or a subprocess, so two at once keep the 2-core machine busy.
+PYTEST_ALL := $(VENV)/bin/pytest -q -n 2 --dist worksteal --durations=40
 test: install system-deps deploy-tools mesos
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -q -n 2 --dist worksteal --durations=40
+	$(PYTEST_ALL)
+
+# `make test` on a busy machine: the same run with stress-ng spinning on two cores throughout
+# (Debian's package, installed when missing). stress-ng is stopped when pytest ends, however it
+# ends (failures, Ctrl-C, SIGTERM), and gives up by itself after 4 h in any case. The tests
+# must wait on conditions, never on the machine being fast enough.
+test-busy: install system-deps deploy-tools mesos
+	command -v stress-ng >/dev/null || ($(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends stress-ng)
+	$(VENV)/bin/ruff check .
+	stress-ng --cpu 2 --timeout 4h --quiet & stress=$$!; \
+	trap 'kill $$stress 2>/dev/null; wait $$stress 2>/dev/null' EXIT; \
+	trap 'exit 130' INT TERM; \
+	$(PYTEST_ALL)
 
 # The inner loop: everything but the tests of real components (`live` marker, tests/conftest.py),
 # one pytest worker per core (pytest-xdist).

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -34,11 +35,34 @@ def example() -> Cluster:
 
 
 @pytest.fixture(autouse=True)
-def _stop_spark_drivers():
-    """No Spark driver a test started outlives it, even when the test fails early."""
-    yield
-    if "support.spark" in sys.modules:
-        sys.modules["support.spark"].kill_all_drivers()
+def _spark_scratch(monkeypatch: pytest.MonkeyPatch):
+    """Spark's scratch space (the blockmgr-* and spark-* directories its drivers and
+    executors leave in /tmp when they are killed) in a directory of the test's own, removed
+    after it, and no Spark driver a test started outlives it, even when the test fails
+    early.
+
+    spark.local.dir goes in a spark-defaults.conf that every spark-submit the test starts
+    reads (SPARK_CONF_DIR; a test may set its own), and executors take it from their driver.
+    The directory is world-writable with the sticky bit, as /tmp is, so that executors
+    sandboxed as another user can use it. A SPARK_CONF_DIR of the caller's is left alone."""
+    root = None
+    if "SPARK_CONF_DIR" not in os.environ:
+        root = Path(tempfile.mkdtemp(prefix="fairbroker-test-spark-"))
+        root.chmod(0o755)
+        local = root / "local"
+        local.mkdir()
+        local.chmod(0o1777)
+        conf = root / "conf"
+        conf.mkdir()
+        (conf / "spark-defaults.conf").write_text(f"spark.local.dir {local}\n")
+        monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    try:
+        yield
+    finally:
+        if "support.spark" in sys.modules:
+            sys.modules["support.spark"].kill_all_drivers()
+        if root is not None:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

@@ -289,7 +289,7 @@ def test_wrong_answers_failures_and_timeouts_are_recorded(tmp_path: Path):
         job_timeout=2,
         submit=submit,
     )
-    assert time.monotonic() - start < 30
+    assert time.monotonic() - start < 50  # the timed-out job's 60 s were not waited out
     details = {j.name: (j.ok, j.exit_code, j.detail) for j in result.jobs}
     assert details["pi-q0-j0"][:2] == (False, 0)
     assert details["pi-q0-j0"][2].startswith("pi=3.300000 is too far")
@@ -299,7 +299,7 @@ def test_wrong_answers_failures_and_timeouts_are_recorded(tmp_path: Path):
     assert [j.name for j in result.failures] == ["pi-q0-j0", "pi-q1-j0", "pi-q1-j1"]
     # the timed-out job's child too: it was SIGKILLed, and dies (is reaped by init) within
     # moments; left alone it would sleep for two minutes
-    wait_for(lambda: not any(alive(pid) for pid in submit.pids()), 5, "the jobs' processes to end")
+    wait_for(lambda: not any(alive(pid) for pid in submit.pids()), 30, "the jobs' processes to end")
     summary = result.render_summary()
     assert "no allocation samples" in summary
     assert "failed: pi-q1-j1: timed out" in summary
@@ -320,18 +320,20 @@ def test_interrupt_stops_every_driver(tmp_path: Path):
 
 
 def _interrupt_stops_every_driver(tmp_path: Path) -> None:
-    slow = {"FAKE_SLEEP": "60", "FAKE_CHILD": "1"}
+    # the jobs outlast the wait for them to start, however slow the machine
+    slow = {"FAKE_SLEEP": "600", "FAKE_CHILD": "1"}
     submit = FakeSubmit(tmp_path, {"pi-q0-j0": slow, "pi-q1-j0": slow, "wordcount-q0-j0": slow})
+    interrupted: list[float] = []
 
     def interrupt_once_started() -> None:
         """Ctrl-C as soon as the three drivers and their children are up."""
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while len(submit.pids()) < 6 and time.monotonic() < deadline:
             time.sleep(0.05)
+        interrupted.append(time.monotonic())
         _thread.interrupt_main()
 
     timer = threading.Thread(target=interrupt_once_started, daemon=True)
-    start = time.monotonic()
     timer.start()
     with pytest.raises(KeyboardInterrupt):
         run_live_batch(
@@ -344,7 +346,7 @@ def _interrupt_stops_every_driver(tmp_path: Path) -> None:
             submit=submit,
         )
     timer.join()
-    assert time.monotonic() - start < 40
+    assert time.monotonic() - interrupted[0] < 30  # stopped at once, not at the jobs' end
     pids = submit.pids()
     assert len(pids) == 6  # three drivers and their children had started
     assert not any(alive(pid) for pid in pids)

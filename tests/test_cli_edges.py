@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 import pytest
 from support.commands import one_line_error, run_fairbroker
+from support.serving import stop_gracefully
 
 #: Modules the command line must not import before a command needs them (--help, shell
 #: completion and `status` stay fast). Timings are in benchmarks/bench_cli.py.
@@ -104,8 +105,7 @@ def _serve_on_free_ports(state: Path, *args: str):
         assert ports is not None, "the broker did not start"
         yield ports
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        stop_gracefully(process)
         process.stderr.close()
 
 

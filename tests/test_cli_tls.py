@@ -7,7 +7,6 @@ trusting another one, they stop with one line saying so."""
 from __future__ import annotations
 
 import os
-import signal
 import ssl
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 from support.pki import make_ca, make_server_cert
 from support.polling import free_port, wait_for
+from support.serving import stop_gracefully
 
 from allocator.broker.tls import TlsError, TlsFiles
 
@@ -69,12 +69,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
         assert serve.poll() is None, log.read_text()
         yield Broker(config, ca, other, http, grpc)
     finally:
-        serve.send_signal(signal.SIGTERM)
-        try:
-            serve.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            serve.kill()
-            serve.wait()
+        stop_gracefully(serve)
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -45,7 +45,7 @@ def test_explain_a_constrained_tenant_behind_a_full_cluster(tmp_path: Path) -> N
     broker = service.broker
     try:
         broker.register(request("A", DEMAND, target=100))
-        wait_for(lambda: held(broker).get("A") == {"RUNNING": SLOTS}, 30, "A on all 18 slots")
+        wait_for(lambda: held(broker).get("A") == {"RUNNING": SLOTS}, 90, "A on all 18 slots")
         broker.register(request("C", DEMAND, target=4, constraints={"type": "t1"}))
         wait_for(
             lambda: {t.tenant_id: t.fair_share for t in broker.allocation().tenants}.get("C"),
@@ -140,9 +140,9 @@ def test_explain_names_the_poorer_tenant_served_first(tmp_path: Path) -> None:
 
     try:
         broker.register(request("A", DEMAND, target=12))
-        wait_for(lambda: held(broker).get("A") == {"RUNNING": 12}, 30, "A's 12 executors")
+        wait_for(lambda: held(broker).get("A") == {"RUNNING": 12}, 90, "A's 12 executors")
         broker.register(request("B", DEMAND, target=2))
-        wait_for(lambda: held(broker).get("B") == {"RUNNING": 2}, 30, "B's 2 executors")
+        wait_for(lambda: held(broker).get("B") == {"RUNNING": 2}, 90, "B's 2 executors")
         broker.hold_grants(True)
         broker.set_target("A", 18)
         broker.set_target("B", 6)
@@ -169,7 +169,7 @@ def test_explain_names_the_poorer_tenant_served_first(tmp_path: Path) -> None:
         }, (b, free)
         assert (b["criterion"]["rank"], b["criterion"]["ahead"]) == (1, "")
         broker.hold_grants(False)
-        wait_for(lambda: held(broker).get("B") == {"RUNNING": 6}, 30, "B's 4 more executors")
+        wait_for(lambda: held(broker).get("B") == {"RUNNING": 6}, 90, "B's 4 more executors")
         assert held(broker).get("A") == {"RUNNING": 12}
         a = explain_json("A")
         assert {w["reason"] for w in a["waiting"]} == {"full"}, a

@@ -29,6 +29,7 @@ from support.real_mesos import (
     mesos_home,
     zookeeper_available,
 )
+from support.serving import stop_gracefully
 
 from allocator.broker.leader import Leadership, Member, leader_of
 from allocator.broker.store import StoreError
@@ -159,10 +160,10 @@ def test_one_leads_and_a_deposed_leaders_writes_are_refused_by_zookeeper(zk: Zoo
     url = parse_zk_url(zk.url("/fb"))
     elected: list[str] = []
     a = _member("a", url, elected)
-    wait_for(lambda: a.leading, 20, "a to lead")
+    wait_for(lambda: a.leading, 60, "a to lead")
     b = _member("b", url, elected)
     try:
-        wait_for(lambda: b.leader is not None, 20, "b to see the leader")
+        wait_for(lambda: b.leader is not None, 60, "b to see the leader")
         assert not b.leading and b.refusal() == "standby, leader at a:1 (gRPC a:2)"
         assert a.fence() is None and b.fence() == "not the leader"
         store_a = ZkStore(lambda: a.client, url.path, lambda: a.node if a.fence() is None else None)
@@ -174,7 +175,7 @@ def test_one_leads_and_a_deposed_leaders_writes_are_refused_by_zookeeper(zk: Zoo
             store_b.load() or store_b.set_target("t.1/x", 9)
         old_node = a.node
         a.stop()  # its election node goes with its session
-        wait_for(lambda: b.leading, 20, "b to lead")
+        wait_for(lambda: b.leading, 60, "b to lead")
         assert elected == ["a", "b"] and b.changes == 1 and b.took_over_at is not None
         store_b.load()
         (tenant,) = store_b.tenants()
@@ -376,12 +377,7 @@ class Serve:
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGCONT)
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+            stop_gracefully(self.process)
 
 
 def _leader(brokers: list[Serve]) -> Serve | None:
@@ -561,7 +557,7 @@ def test_the_leader_killed_the_standby_takes_over_and_readopts_its_executors(pai
         a.process.send_signal(signal.SIGKILL)
         a.process.wait(10)
         killed_at = time.monotonic()
-        wait_for(lambda: b.healthz()[0] == 200, 45, "the standby to take over")
+        wait_for(lambda: b.healthz()[0] == 200, 90, "the standby to take over")
         print(f"take-over after SIGKILL: {time.monotonic() - killed_at:.1f} s")
         assert _executors(b, "t") == {"1": "RUNNING", "2": "RUNNING"}
         time.sleep(3)  # a few allocation runs: the tenant holds its target, nothing starts
@@ -585,7 +581,7 @@ def test_a_leader_paused_past_its_session_changes_nothing_when_it_wakes(pair) ->
         pids = _stored_pids(url)
         started.extend(pids.values())
         a.process.send_signal(signal.SIGSTOP)
-        wait_for(lambda: b.healthz()[0] == 200, 45, "the standby to take over")
+        wait_for(lambda: b.healthz()[0] == 200, 90, "the standby to take over")
         assert _executors(b, "t") == {"1": "RUNNING", "2": "RUNNING"}
         time.sleep(LEASE + 2)  # a's clock runs on: past the lease it would drop the tenant
         from kazoo.client import KazooClient
@@ -619,7 +615,7 @@ def test_a_zookeeper_outage_fences_the_leader_until_it_returns(pair, zk: ZooKeep
         pids = _stored_pids(url)
         started.extend(pids.values())
         zk.stop()
-        _, report = wait_for(lambda: (h := a.healthz())[0] == 503 and h, 30,
+        _, report = wait_for(lambda: (h := a.healthz())[0] == 503 and h, 60,
                                   "the leader to report the outage")  # fmt: skip
         assert report["ok"] is False and "ZooKeeper connection suspended" in report["reason"]
         assert a.gauge("fairbroker_leader") == 0.0
@@ -669,10 +665,16 @@ def test_a_real_spark_job_runs_through_a_failover(tmp_path: Path, zk: ZooKeeper)
 
         before = wait_for(two_jvms, 180, "two executor JVMs")
         time.sleep(5)  # the job's tasks are running on them
+
+        def two_running() -> dict[str, str] | None:
+            held = _executors(a, driver_tenant(a))  # ids 1 and 2 unless a launch failed
+            return held if list(held.values()) == ["RUNNING"] * 2 else None
+
+        held = wait_for(two_running, 60, "the leader to hold two running executors")
         a.process.send_signal(signal.SIGKILL)
         a.process.wait(10)
-        wait_for(lambda: b.healthz()[0] == 200, 45, "the standby to take over")
-        assert _executors(b, driver_tenant(b)) == {"1": "RUNNING", "2": "RUNNING"}
+        wait_for(lambda: b.healthz()[0] == 200, 90, "the standby to take over")
+        assert _executors(b, driver_tenant(b)) == held
         assert sorted(executor_processes(str(state), jvms_only=True)) == before
         code, result = driver.wait()
         assert code == 0, driver.output()
@@ -741,9 +743,9 @@ def test_on_a_real_master_the_standby_takes_the_same_framework_and_both_tasks(
             a.process.send_signal(signal.SIGKILL)
             a.process.wait(10)
             killed_at = time.monotonic()
-            wait_for(lambda: b.healthz()[0] == 200, 45, "the standby to lead and subscribe")
+            wait_for(lambda: b.healthz()[0] == 200, 90, "the standby to lead and subscribe")
             print(f"take-over after SIGKILL: {time.monotonic() - killed_at:.1f} s")
-            wait_for(lambda: b.healthz()[1].get("unreconciled_tasks") == 0, 30,
+            wait_for(lambda: b.healthz()[1].get("unreconciled_tasks") == 0, 60,
                      "the new leader to reconcile both tasks")  # fmt: skip
             frameworks = mesos.frameworks()
             assert [(f["id"], f["active"]) for f in frameworks] == [(framework_id, True)]
@@ -800,12 +802,12 @@ def test_a_real_spark_job_runs_through_a_failover_on_a_real_master(
             a.process.send_signal(signal.SIGKILL)
             a.process.wait(10)
             killed_at = time.monotonic()
-            wait_for(lambda: b.healthz()[0] == 200, 45, "the standby to lead and subscribe")
+            wait_for(lambda: b.healthz()[0] == 200, 90, "the standby to lead and subscribe")
             print(f"take-over after SIGKILL: {time.monotonic() - killed_at:.1f} s")
             assert [(f["id"], f["active"]) for f in mesos.frameworks()] == [(framework_id, True)]
             assert running() == before
-            wait_for(lambda: driver_tenant(b) and _executors(b, driver_tenant(b))
-                     == {"1": "RUNNING", "2": "RUNNING"}, 60,
+            held = {task.rsplit(".", 1)[1]: "RUNNING" for task in before}  # TENANT.EXECUTOR
+            wait_for(lambda: driver_tenant(b) and _executors(b, driver_tenant(b)) == held, 60,
                      "the new leader to hold the driver's two executors")  # fmt: skip
             code, result = driver.wait(timeout=300)
             assert code == 0, driver.output()

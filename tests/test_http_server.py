@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from support.broker import AGENTS, RecordingBackend
 from support.polling import wait_for
+from support.serving import start_serve, stop_gracefully
 
 from allocator.broker.asgi import HttpLimits
 from allocator.broker.client import BrokerCallError, BrokerClient
@@ -539,33 +540,14 @@ def test_serving_on_all_interfaces_without_a_token_warns(tmp_path, caplog) -> No
 def _serve_at_fd_limit(tmp_path: Path, limit: int):
     """`fairbroker serve` as a subprocess under RLIMIT_NOFILE `limit`: (process, HTTP port,
     gRPC port, its stderr file) once it serves."""
-    import re
     import resource
-    import subprocess
-    import sys
-
-    err = tmp_path / "serve.err"
 
     def set_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
-    with open(err, "w") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-c", "from allocator.cli import main; main()", "serve",
-             "--port", "0", "--grpc-port", "0", "--no-metrics", "--sandbox", "none",
-             "--state-dir", str(tmp_path / "state")],
-            stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=set_limit,
-        )  # fmt: skip
-    deadline = time.monotonic() + 60
-    pattern = r"serving on http://[\d.]+:(\d+) .* gRPC [\d.]+:(\d+)"
-    while (found := re.search(pattern, err.read_text())) is None:
-        if time.monotonic() > deadline or process.poll() is not None:
-            process.kill()
-            process.wait(timeout=30)
-            pytest.fail(f"serve did not start: {err.read_text()}")
-        time.sleep(0.05)
-    http_port, grpc_port = (int(p) for p in found.groups())
-    return process, http_port, grpc_port, err
+    args = ["--port", "0", "--grpc-port", "0", "--no-metrics", "--sandbox", "none",
+            "--state-dir", str(tmp_path / "state")]  # fmt: skip
+    return start_serve(args, tmp_path, preexec_fn=set_limit)
 
 
 def _http_ok(port: int, path: str = "/v1/GetAllocation") -> bool:
@@ -620,8 +602,7 @@ def test_a_broker_at_256_file_descriptors_outlives_300_idle_connections(tmp_path
     finally:
         for s in idle:
             s.close()
-        process.terminate()
-        process.wait(timeout=30)
+        stop_gracefully(process)
     # asyncio alone left a retry for each failed accept, a traceback each at shutdown
     assert "Traceback" not in err.read_text(), err.read_text()[-3000:]
 
@@ -659,8 +640,7 @@ def test_a_grpc_connection_flood_leaves_descriptors_for_healthz(tmp_path) -> Non
     finally:
         for s in flood:
             s.close()
-        process.terminate()
-        process.wait(timeout=30)
+        stop_gracefully(process)
 
 
 def test_an_undecodable_grpc_message_is_invalid_argument(service) -> None:

@@ -26,6 +26,7 @@ from support.real_mesos import (
     processes_under,
     zookeeper_available,
 )
+from support.serving import stop_gracefully
 from support.spark import HOSTS_JOB, Driver, executor_processes
 
 from allocator.scenarios.cluster_file import load_cluster_file
@@ -264,8 +265,10 @@ def test_a_kill_gives_the_executor_sigterm_and_the_grace_before_sigkill(
         killed = time.time()
         (term,) = marks.glob("term-*")
         sigterm_at = float(term.read_text())
-        assert sigterm_at - asked < 2.0  # SIGTERM at once
-        assert grace - 0.5 <= killed - asked <= grace + 5.0  # SIGKILL only after the grace
+        assert sigterm_at - asked < grace / 2  # SIGTERM at once, not at the grace's end
+        # SIGKILL only after the grace (the upper bound: the master's TASK_KILLED, which a
+        # loaded machine delays)
+        assert grace - 0.5 <= killed - asked <= grace + 15.0
         standing = service.broker.tenants["t"].standing
         assert not standing.rests and not any(standing.failures.values())
     wait_for(lambda: all(t.state in TERMINAL for t in mesos.tasks()), 30,
@@ -340,7 +343,9 @@ def test_a_broker_killed_and_restarted_readopts_its_tasks(tmp_path: Path, mesos:
                                      app_id="t", cores=2, heap_mib=640),
         ))  # fmt: skip
         running = lambda: sorted(t.task_id for t in mesos.tasks("TASK_RUNNING"))  # noqa: E731
-        wait_for(lambda: running() == ["t.1", "t.2"], 60, "two tasks running")
+        # t.1 and t.2 unless a launch failed on a loaded machine
+        before = wait_for(lambda: len(ids := running()) == 2 and ids, 60, "two tasks running")
+        launched = sorted(t.task_id for t in mesos.tasks())
         (framework_id,) = [f["id"] for f in mesos.frameworks()]
         first.send_signal(signal.SIGKILL)
         first.wait(10)
@@ -353,11 +358,10 @@ def test_a_broker_killed_and_restarted_readopts_its_tasks(tmp_path: Path, mesos:
             allocation = client.allocation()
             (tenant,) = allocation.tenants
             assert tenant.running == 2, allocation
-            assert running() == ["t.1", "t.2"]
-            assert sorted(t.task_id for t in mesos.tasks()) == ["t.1", "t.2"]  # none twice
+            assert running() == before
+            assert sorted(t.task_id for t in mesos.tasks()) == launched  # none launched again
         finally:
-            second.send_signal(signal.SIGTERM)
-            second.wait(30)
+            stop_gracefully(second)
     finally:
         if first.poll() is None:
             first.kill()
@@ -427,7 +431,6 @@ def test_a_master_failover_through_zookeeper_mid_job(tmp_path: Path) -> None:
     as the same framework and reconciles until the master has confirmed both tasks, the
     job completes with the right answer on the same two executors, nothing is launched
     twice, and the broker's health is ok again with the master's agents back."""
-    import signal
 
     from allocator.backends.local import spark_home
 
@@ -476,12 +479,7 @@ def test_a_master_failover_through_zookeeper_mid_job(tmp_path: Path) -> None:
             tasks = mesos.tasks()
             assert sorted(t.task_id for t in tasks) == before, tasks  # nothing launched twice
         finally:
-            broker.send_signal(signal.SIGTERM)
-            try:
-                broker.wait(30)
-            except Exception:
-                broker.kill()
-                broker.wait(10)
+            stop_gracefully(broker)
         wait_for(lambda: all(t.state in TERMINAL for t in mesos.tasks()), 30,
                  "every Mesos task to reach a terminal state")  # fmt: skip
     left = processes_under(tmp_path)
@@ -496,7 +494,6 @@ def test_teardown_reports_success_only_when_the_master_shows_the_framework_gone(
     the race gives, the command's answer must be the master's: exit 0 only with the
     framework among the master's completed frameworks; otherwise an error and the id kept.
     With the broker stopped, the teardown then succeeds and the id goes."""
-    import signal
 
     state, ports = tmp_path / "state", {"http": free_port(), "grpc": free_port()}
     serve = serve_cli(mesos.address, state, str(sleeping_spark(tmp_path)), ports,
@@ -516,8 +513,7 @@ def test_teardown_reports_success_only_when_the_master_shows_the_framework_gone(
             assert "did not confirm the teardown" in done.stderr, done.stderr
             assert framework_id in live and id_file[0].exists()
     finally:
-        serve.send_signal(signal.SIGTERM)
-        serve.wait(30)
+        stop_gracefully(serve)
     if id_file[0].exists():  # the broker stopped (failover): now it goes
         done = run_fairbroker("teardown", "--yes", "--master", mesos.address,
                               "--state-dir", str(state))  # fmt: skip
@@ -588,8 +584,6 @@ def test_idle_broker_starts_believe_no_agent_usable_without_an_offer(
     master, wait 8 s, `fairbroker status --json`: no agent may have capacity where the
     master shows no outstanding offer of the framework on it."""
     import json
-    import signal
-    import subprocess
 
     spark = str(sleeping_spark(tmp_path))
     believed = []
@@ -615,12 +609,7 @@ def test_idle_broker_starts_believe_no_agent_usable_without_an_offer(
                   f"{len(held)} with an offer held at the master, outstanding offers "
                   f"{mesos.metrics().get('master/outstanding_offers')}")  # fmt: skip
         finally:
-            serve.send_signal(signal.SIGTERM)
-            try:
-                serve.wait(30)
-            except subprocess.TimeoutExpired:
-                serve.kill()
-                serve.wait(10)
+            stop_gracefully(serve)
     assert believed == [], believed
 
 
@@ -756,7 +745,9 @@ def test_a_master_restarted_without_its_registry_leaves_exactly_the_target_runni
                       lease_seconds=600) as service:  # fmt: skip
         register(service, "t", 2, 1024, target=2)
         running = lambda: sorted(t.task_id for t in mesos.tasks("TASK_RUNNING"))  # noqa: E731
-        wait_for(lambda: running() == ["t.1", "t.2"], 60, "two tasks running")
+        # which ids: t.1 and t.2 unless a launch failed on a loaded machine (then a
+        # replacement has the next id)
+        originals = wait_for(lambda: len(ids := running()) == 2 and ids, 60, "two tasks running")
 
         def master_tasks() -> list[str]:  # the operator API's own list, this framework's
             answer = requests.get(f"{mesos.url}/master/tasks", timeout=10).json()
@@ -768,6 +759,7 @@ def test_a_master_restarted_without_its_registry_leaves_exactly_the_target_runni
 
         # The agent daemons stay away (their executors run on) until the broker has had the
         # master's "unknown" answer, so that it surely comes before the agents return.
+        launches = service.broker.tenants["t"].next_executor
         for name in mesos.agent_specs:
             mesos.kill_agent(name)
         started = time.monotonic()
@@ -775,9 +767,10 @@ def test_a_master_restarted_without_its_registry_leaves_exactly_the_target_runni
         assert mesos.state()["slaves"] == []  # in_memory: the new master knows no agent
         if grace is None:  # awaited: still the broker's, counted, nothing launched
             book = service.broker.backend.tasks
-            wait_for(lambda: set(book.awaiting) == {"t.1", "t.2"}, 60,
+            wait_for(lambda: sorted(book.awaiting) == originals, 60,
                      "the master's answer that it does not know the tasks' agent")  # fmt: skip
-            assert broker_running() == 2 and service.broker.tenants["t"].next_executor == 3
+            assert broker_running() == 2
+            assert service.broker.tenants["t"].next_executor == launches  # none launched
         else:
             wait_for(lambda: broker_running() == 0, 60, "the broker to give both tasks up")
         for name in mesos.agent_specs:  # same work dirs: the same agent ids and tasks
@@ -785,9 +778,20 @@ def test_a_master_restarted_without_its_registry_leaves_exactly_the_target_runni
         mesos.wait_agents(set(mesos.agent_specs), timeout=90)
         back = time.monotonic() - started
 
-        expected = ["t.1", "t.2"] if grace is None else ["t.3", "t.4"]
-        wait_for(lambda: master_tasks() == expected and broker_running() == 2, 90,
-                 f"exactly {expected} running at the master and 2 in GetAllocation")  # fmt: skip
+        def settled() -> list[str] | None:
+            """The two tasks running at the master, if they are the expected ones (the
+            originals when awaited; two replacements, none an original, otherwise) and
+            GetAllocation counts 2."""
+            tasks = master_tasks()
+            if grace is None:
+                right = tasks == originals
+            else:
+                right = len(tasks) == 2 and not set(tasks) & set(originals)
+            return tasks if right and broker_running() == 2 else None
+
+        expected = wait_for(settled, 90, "exactly 2 tasks running at the master (the "
+                            "originals if awaited, 2 replacements otherwise) and 2 in "
+                            "GetAllocation", context=lambda: str(master_tasks()))  # fmt: skip
         for _ in range(10):  # and it stays so (a late re-registration would show here)
             time.sleep(0.5)
             assert master_tasks() == expected and broker_running() == 2
@@ -797,11 +801,12 @@ def test_a_master_restarted_without_its_registry_leaves_exactly_the_target_runni
               f"states {[(t.task_id, t.states) for t in mesos.tasks()]}")  # fmt: skip
         if grace is None:
             assert tasks.agent_return_grace == 1 * 2 + 30  # read from /master/flags
-            assert tasks.awaiting == {} and service.broker.tenants["t"].next_executor == 3
+            assert tasks.awaiting == {}
+            assert service.broker.tenants["t"].next_executor == launches
         else:  # the originals were killed, and each kill recorded before it was sent
             states = {t.task_id: t.state for t in mesos.tasks()}
-            assert states["t.1"] == states["t.2"] == "TASK_KILLED", states
-            for task_id in ("t.1", "t.2"):
+            assert [states[t] for t in originals] == ["TASK_KILLED"] * 2, states
+            for task_id in originals:
                 assert f"killing task {task_id} on agent" in caplog.text
             # (the order, record then KILL, is tests/test_mesos_tasks.py's): each row is
             # deleted at the task's TASK_KILLED

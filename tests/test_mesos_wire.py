@@ -390,18 +390,18 @@ def _sleepers(marker: str) -> list[int]:
 
 def drive(master: MesosMaster, broker: Broker) -> None:
     """Subscribe, launch, fail, replace, kill, replace: every call the broker makes."""
-    master.wait_for(lambda: any(f.connected for f in master.frameworks()), 10,
+    master.wait_for(lambda: any(f.connected for f in master.frameworks()), 60,
                     "the broker to subscribe")  # fmt: skip
     request = tenant("pi", 2, 1024, target=2)
     request.launch.driver_url = "spark://CoarseGrainedScheduler@127.0.0.1:1"  # nobody there
     broker.register(request)
     # executor 1 fails (the broker REVIVEs for its replacement); executor 2 runs
     running = lambda: master.tasks("TASK_RUNNING")  # noqa: E731
-    master.wait_for(lambda: state_of(master, "pi.1") == "TASK_FAILED", 10, "the failed task")
-    master.wait_for(lambda: len(running()) == 2, 10, "two running tasks")
+    master.wait_for(lambda: state_of(master, "pi.1") == "TASK_FAILED", 60, "the failed task")
+    master.wait_for(lambda: len(running()) == 2, 60, "two running tasks")
     broker.kill("pi", ["2"])  # KILL; then its replacement
-    master.wait_for(lambda: state_of(master, "pi.2") == "TASK_KILLED", 10, "the killed task")
-    master.wait_for(lambda: len(running()) == 2, 10, "the replacement of the killed task")
+    master.wait_for(lambda: state_of(master, "pi.2") == "TASK_KILLED", 60, "the killed task")
+    master.wait_for(lambda: len(running()) == 2, 60, "the replacement of the killed task")
 
 
 def test_every_call_the_broker_makes_has_the_proto_shape(tmp_path: Path) -> None:
@@ -418,7 +418,7 @@ def test_every_call_the_broker_makes_has_the_proto_shape(tmp_path: Path) -> None
                 except TimeoutError as error:  # the shapes are checked first, below
                     timed_out = error
             with contextlib.suppress(TimeoutError):
-                master.wait_for(lambda: master.calls("TEARDOWN"), 5, "the teardown")
+                master.wait_for(lambda: master.calls("TEARDOWN"), 30, "the teardown")
             calls = master.calls()
     finally:
         for pid in _sleepers(str(tmp_path)):
@@ -495,17 +495,17 @@ def test_every_call_the_broker_makes_is_well_formed_and_taken_by_a_real_master(
 
         running = lambda: master.tasks("TASK_RUNNING")  # noqa: E731
         with live_broker(tmp_path, master, recording_driver_factory(calls)) as broker:  # type: ignore[arg-type]
-            wait_for(lambda: any(f["active"] for f in master.frameworks()), 20,
+            wait_for(lambda: any(f["active"] for f in master.frameworks()), 60,
                      "the broker to subscribe")  # fmt: skip
             request = tenant("pi", 2, 1024, target=2)
             request.launch.driver_url = "spark://CoarseGrainedScheduler@127.0.0.1:1"
             broker.register(request)
-            wait_for(lambda: state_of("pi.1") == "TASK_FAILED", 30, "the failed task pi.1")
-            wait_for(lambda: len(running()) == 2, 30, "two running tasks")
+            wait_for(lambda: state_of("pi.1") == "TASK_FAILED", 60, "the failed task pi.1")
+            wait_for(lambda: len(running()) == 2, 60, "two running tasks")
             broker.kill("pi", ["2"])
-            wait_for(lambda: state_of("pi.2") == "TASK_KILLED", 30, "the killed task pi.2")
-            wait_for(lambda: len(running()) == 2, 30, "the replacement of the killed task")
-        wait_for(lambda: any(c[0] == "TEARDOWN" for c in calls), 10, "the teardown")
+            wait_for(lambda: state_of("pi.2") == "TASK_KILLED", 60, "the killed task pi.2")
+            wait_for(lambda: len(running()) == 2, 60, "the replacement of the killed task")
+        wait_for(lambda: any(c[0] == "TEARDOWN" for c in calls), 30, "the teardown")
     left = processes_under(tmp_path / "real")
     assert not left, f"processes outlived the real master: {describe(left)}"
 

@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from google.protobuf import json_format
 from prometheus_client.parser import text_string_to_metric_families
 from support.broker import RecordingBackend, request
+from support.serving import stop_gracefully
 
 from allocator.backends.base import AgentInfo, ExecutorState
 from allocator.batch.allocation import parse_allocation
@@ -470,7 +471,6 @@ def test_serve_exports_metrics_on_the_port_it_is_given(tmp_path: Path) -> None:
         assert got[("fairbroker_agents", ())] == 6
         assert got[("fairbroker_tenants", ())] == 0
     finally:
-        process.terminate()
-        process.wait(timeout=15)
+        stop_gracefully(process)
     help_text = CliRunner().invoke(serve, ["--help"]).output
     assert f"default: {DEFAULT_METRICS_PORT};" in help_text and "--no-metrics" in help_text

@@ -19,6 +19,7 @@ import yaml
 from support.broker import PI, WORDCOUNT, RecordingBackend, request
 from support.polling import free_port, wait_for
 from support.promtool import series, tool
+from support.serving import stop_gracefully
 
 from allocator.broker.client import BrokerClient
 from allocator.broker.proto import pb
@@ -55,12 +56,7 @@ def prometheus(target: str, workdir: Path) -> Iterator[str]:
     try:
         yield f"127.0.0.1:{port}"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_gracefully(process, grace=10)
         log.close()
 
 

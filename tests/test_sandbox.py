@@ -22,6 +22,7 @@ import pytest
 from support.broker import request
 from support.polling import free_port, wait_for
 from support.sandbox import HAS_BWRAP, ONE_AGENT, needs_bwrap, sandboxed_broker, spark_home
+from support.serving import stop_gracefully
 from support.standin import held
 
 from allocator.backends.local import LocalCluster
@@ -72,7 +73,7 @@ def hostile_spark(base: Path) -> Path:
 
 def inner_pid(outer: int) -> int:
     """The stand-in's own process: `outer` itself, or the one inside bubblewrap."""
-    return wait_for(lambda: _inner_pid(outer), 20, f"the stand-in in group {outer}")
+    return wait_for(lambda: _inner_pid(outer), 60, f"the stand-in in group {outer}")
 
 
 def _inner_pid(outer: int) -> int | None:
@@ -120,7 +121,7 @@ def run_hostile_pair(base: Path, sandbox: SandboxConfig) -> tuple[dict, dict, Lo
     with sandboxed_broker(home, state, sandbox) as (cluster, service):
         for tenant in ("A", "B"):
             service.broker.register(request(tenant, DEMAND, target=1))
-        wait_for(lambda: len(cluster.pids()) == 2, 20, "both executors started")
+        wait_for(lambda: len(cluster.pids()) == 2, 60, "both executors started")
         executors = {
             tenant: (inner_pid(pid), executor_dir(state / "agents", tenant))
             for (tenant, _), pid in cluster.pids().items()
@@ -188,11 +189,11 @@ def test_sigterm_reaches_the_executor_inside_bubblewrap(base: Path) -> None:
     state = base / "state"
     with sandboxed_broker(home, state, SandboxConfig(mode="bwrap")) as (cluster, service):
         service.broker.register(request("A", DEMAND, target=1))
-        wait_for(lambda: held(service.broker).get("A") == {"RUNNING": 1}, 20, "A running")
+        wait_for(lambda: held(service.broker).get("A") == {"RUNNING": 1}, 60, "A running")
         cluster.kill("A", "1")
         term = executor_dir(state / "agents", "A") / "term"
         wait_for(term.exists, 30, "the executor's TERM trap")  # 10 s timed out once under load
-        wait_for(lambda: not cluster.pids(), 10, "the executor reported gone")
+        wait_for(lambda: not cluster.pids(), 60, "the executor reported gone")
 
 
 def test_explicit_modes_that_cannot_work_here_are_refused() -> None:
@@ -284,7 +285,7 @@ def test_serve_as_an_unprivileged_user_sandboxes_with_bubblewrap(base: Path) -> 
                     "driverUrl": "spark://CoarseGrainedScheduler@127.0.0.1:4002",
                     "appId": f"app-{tenant}", "cores": 1, "heapMib": 128}})  # fmt: skip
         dirs = {t: executor_dir(state / "agents", t) for t in ("A", "B")}
-        outer = {t: wait_for(lambda t=t: _marked_leader(t, state), 20, t) for t in dirs}
+        outer = {t: wait_for(lambda t=t: _marked_leader(t, state), 60, t) for t in dirs}
         write_targets(home, state, serve.pid, {t: (inner_pid(outer[t]), dirs[t]) for t in dirs})
         for directory in dirs.values():
             report = read_report(directory)
@@ -292,12 +293,7 @@ def test_serve_as_an_unprivileged_user_sandboxes_with_bubblewrap(base: Path) -> 
             assert report["uid"] == str(nobody.pw_uid) and report["write_own"] == "allowed"
         assert serve.poll() is None
     finally:
-        serve.send_signal(signal.SIGTERM)
-        try:
-            serve.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            serve.kill()
-            serve.wait()
+        stop_gracefully(serve)
     assert "executor sandbox: bwrap" in log.read_text(), log.read_text()
     deadline = time.monotonic() + 10
     while _marked_leader("A", state) and time.monotonic() < deadline:
@@ -354,14 +350,14 @@ def test_a_restarted_cluster_adopts_sandboxed_executors_and_stops_the_rest(base:
     try:
         assert second.adopt(spec("A"), handles["A"])
         second.reconcile({("A", "1")}, [])
-        wait_for(lambda: not Path(f"/proc/{inner['B']}").exists(), 10, "B's stand-in killed")
+        wait_for(lambda: not Path(f"/proc/{inner['B']}").exists(), 60, "B's stand-in killed")
         for pid in (int(handles["B"]), inner["B"]):
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)  # the first cluster's child: reap it
         assert Path(f"/proc/{inner['A']}").exists()
         second.kill("A", "1")
         term = executor_dir(state / "agents", "A") / "term"
-        wait_for(term.exists, 10, "A's TERM trap, through the adopted bubblewrap")
+        wait_for(term.exists, 60, "A's TERM trap, through the adopted bubblewrap")
     finally:
         for handle in handles.values():
             with contextlib.suppress(ProcessLookupError):

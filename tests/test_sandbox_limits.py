@@ -149,14 +149,14 @@ def test_a_process_that_left_the_executors_group_is_stopped_with_it(
         )  # fmt: skip
         cluster.launch(spec)
         pidfile = state / "agents" / "a1" / "A" / "executor-1" / "daemon"
-        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 20, "the daemon")
+        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 60, "the daemon")
         daemon_pid = int(pidfile.read_text())
         # `$!` is written before the child has run setsid(1): wait for its own session
-        wait_for(lambda: _session(daemon_pid) == daemon_pid, 20, "the daemon in its own session")
+        wait_for(lambda: _session(daemon_pid) == daemon_pid, 60, "the daemon in its own session")
         cluster.kill("A", "1")
-        wait_for(lambda: any(e.state is ExecutorState.KILLED for e in events), 20, "killed")
+        wait_for(lambda: any(e.state is ExecutorState.KILLED for e in events), 60, "killed")
         if limits:
-            wait_for(lambda: not _alive(daemon_pid), 5, "the daemon killed with its cgroup")
+            wait_for(lambda: not _alive(daemon_pid), 30, "the daemon killed with its cgroup")
         else:
             assert _alive(daemon_pid), "the control: without a cgroup the daemon survives"
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support.commands import run_fairbroker
+from support.serving import stop_gracefully
 
 from allocator.cli.serve_config import (
     MASK,
@@ -80,6 +80,7 @@ def test_every_option_has_an_environment_variable() -> None:
         "sandbox": "bwrap", "sandbox_user": "fbexec", "sandbox_hide": "/srv/a, /srv/b",
         "sandbox_cpu": "quota",
         "tls_cert": "/srv/tls.crt", "tls_key": "/srv/tls.key", "tls_ca": "/srv/ca.crt",
+        "grpc_connections_per_address": "4",
     }  # fmt: skip
     assert set(samples) == set(ServeConfig.model_fields)
     env = {f"FAIRBROKER_{k.upper()}": v for k, v in samples.items() if v is not None}
@@ -243,8 +244,7 @@ def test_serve_runs_from_a_file_and_the_environment_and_stops_on_sigterm(tmp_pat
             urllib.request.urlopen(request, timeout=10)
         assert refused.value.code in (401, 403)
         assert (tmp_path / "state" / "broker.sqlite").exists()
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=20) == 0
+        assert stop_gracefully(process) == 0
     finally:
         if process.poll() is None:
             process.kill()

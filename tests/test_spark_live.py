@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from support.broker import engine_from
 from support.polling import free_port, wait_for
+from support.serving import stop_gracefully
 from support.spark import HOSTS_JOB, Driver, executor_processes
 
 from allocator.backends.base import AgentInfo
@@ -169,11 +170,12 @@ def test_killed_executor_is_reported_freed_and_replaced(tmp_path: Path) -> None:
         (tenant_id,) = service.broker.tenants
         victim = min(running)
         os.killpg(backend.pids()[(tenant_id, victim)], signal.SIGKILL)
-        wait_for(lambda: victim not in service.broker.tenants[tenant_id].executors, 20,
+        wait_for(lambda: victim not in service.broker.tenants[tenant_id].executors, 60,
                  "the broker to see the executor die")  # fmt: skip
-        # a replacement with a fresh id, since the tenant still wants two
-        wait_for(lambda: "3" in _running_executors(service), 240, "a replacement executor",
-                 context=_seen(service, driver))  # fmt: skip
+        # a replacement with a fresh id, since the tenant still wants two (which id depends
+        # on how many launches failed on a loaded machine: any id not seen before)
+        wait_for(lambda: set(_running_executors(service)) - set(running), 240,
+                 "a replacement executor", context=_seen(service, driver))  # fmt: skip
         code, result = driver.wait()
         assert code == 0, driver.output()
         assert result["sum"] == sum(range(40))
@@ -190,7 +192,7 @@ def test_dead_driver_loses_its_executors_when_its_lease_runs_out(tmp_path: Path)
                  context=_seen(service, driver))  # fmt: skip
         driver.kill()  # SIGKILL: no unregister, no more heartbeats
         wait_for(lambda: not service.broker.tenants, 30, "the tenant's lease to expire")
-        wait_for(lambda: not executor_processes(str(tmp_path)), 20, "executors to be gone")
+        wait_for(lambda: not executor_processes(str(tmp_path)), 60, "executors to be gone")
         assert all(a.allocated["cpus"] == 0 for a in service.broker.allocation().agents)
 
 
@@ -228,7 +230,7 @@ def test_broker_restart_mid_job_loses_nothing_and_leaks_nothing(tmp_path: Path) 
             f"127.0.0.1:{port}", [str(HOSTS_JOB), "2", "40", "0.5"], workdir=tmp_path,
             name="restart", conf=PI_CONF,
         )  # fmt: skip
-        wait_for(lambda: len(running()) == 2, 120, "two executors")
+        ids = wait_for(lambda: len(running()) == 2 and sorted(running()), 240, "two executors")
 
         def two_jvms() -> list[int] | None:
             pids = sorted(executor_processes(str(state), jvms_only=True))
@@ -240,7 +242,7 @@ def test_broker_restart_mid_job_loses_nothing_and_leaks_nothing(tmp_path: Path) 
         broker.wait(timeout=10)
         broker = _serve(port, grpc_port, state, log)
         # re-adopted, counted once: the same two executors, no new launches
-        assert wait_for(lambda: sorted(running()), 60, "re-adopted executors") == ["1", "2"]
+        assert wait_for(lambda: sorted(running()), 60, "re-adopted executors") == ids
         assert sorted(executor_processes(str(state), jvms_only=True)) == before
         assert sorted(executor_processes(str(state))) == before  # no launcher left either
         code, result = driver.wait()
@@ -252,8 +254,7 @@ def test_broker_restart_mid_job_loses_nothing_and_leaks_nothing(tmp_path: Path) 
     finally:
         if driver is not None:
             driver.kill()
-        broker.send_signal(signal.SIGTERM)
-        broker.wait(timeout=30)
+        stop_gracefully(broker)
     assert executor_processes(str(state)) == []
     assert "re-adopted executor" in log.read_text()
 

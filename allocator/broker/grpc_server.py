@@ -24,6 +24,7 @@ from google.protobuf.message import DecodeError, Message
 
 from allocator.broker.api import CALLS, MAX_REQUEST_BYTES, RequestObserver, check_token
 from allocator.broker.core import ApiError, Broker
+from allocator.broker.grpc_front import CONNECTIONS_PER_ADDRESS, GrpcFront
 from allocator.broker.proto import pb
 from allocator.broker.tls import TlsFiles
 
@@ -46,14 +47,15 @@ IDLE_SECONDS = 30
 
 
 def max_connections() -> int:
-    """gRPC connections accepted at once: a quarter of the process's descriptor limit, at most
-    256. Beyond it, new connections wait in the kernel's backlog and use none of the
-    broker's descriptors, so a flood of gRPC connections leaves room for /healthz, the
-    tenant HTTP API and the state store."""
+    """gRPC connections accepted at once: as many as a quarter of the process's descriptor
+    limit holds, two descriptors each (the client's and the relay's into the gRPC server,
+    grpc_front.py), at most 256. Beyond it, new connections wait in the kernel's backlog
+    and use none of the broker's descriptors, so a flood of gRPC connections leaves room
+    for /healthz, the tenant HTTP API and the state store."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return 256
-    return max(8, min(256, soft // 4))
+    return max(8, min(256, soft // 8))
 
 
 class _Sparse:
@@ -239,6 +241,10 @@ class _Arrivals(grpc.GenericRpcHandler):
 
 
 class TenantGrpcServer:
+    """The tenant API's gRPC service. Its TCP port belongs to a GrpcFront (grpc_front.py),
+    which limits connections per client address and relays them to the gRPC server on a
+    private (abstract) Unix socket."""
+
     def __init__(
         self,
         broker: Broker,
@@ -246,8 +252,28 @@ class TenantGrpcServer:
         token: str | None = None,
         observer: RequestObserver | None = None,
         tls: TlsFiles | None = None,
+        connections_per_address: int = CONNECTIONS_PER_ADDRESS,
     ) -> None:
-        self._server = grpc.server(
+        host, port = address
+        total = max_connections()
+        # binds the TCP port; the gRPC server itself listens on the front's Unix socket
+        self._front = GrpcFront(host, port, total, connections_per_address)
+        try:
+            self._server = self._grpc_server(broker, token, observer, tls, total)
+        except BaseException:
+            self._front.stop()
+            raise
+        self.port = self._front.port
+
+    def _grpc_server(
+        self,
+        broker: Broker,
+        token: str | None,
+        observer: RequestObserver | None,
+        tls: TlsFiles | None,
+        total: int,
+    ) -> grpc.Server:
+        server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="tenant-grpc"),
             # beyond this many calls in flight a call is refused with RESOURCE_EXHAUSTED at
             # once instead of queueing without bound
@@ -256,23 +282,26 @@ class TenantGrpcServer:
                 ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_concurrent_streams", 100),  # per connection
-                ("grpc.max_allowed_incoming_connections", max_connections()),
+                ("grpc.max_allowed_incoming_connections", total),  # the front's, again
                 ("grpc.server_handshake_timeout_ms", HANDSHAKE_SECONDS * 1000),
                 ("grpc.max_connection_idle_ms", IDLE_SECONDS * 1000),
                 ("grpc.http2.max_ping_strikes", 2),  # clients that ping-flood are let go
             ],
         )
-        self._server.add_generic_rpc_handlers((_Arrivals(_Servicer(broker, token, observer)),))
-        host, port = address
+        server.add_generic_rpc_handlers((_Arrivals(_Servicer(broker, token, observer)),))
+        target = self._front.backend_target
         if tls is None:
-            self.port = self._server.add_insecure_port(f"{host}:{port}")
+            bound = server.add_insecure_port(target)
         else:
-            self.port = self._server.add_secure_port(f"{host}:{port}", tls.grpc_credentials())
-        if self.port == 0:
-            raise OSError(f"cannot bind gRPC to {host}:{port}")
+            bound = server.add_secure_port(target, tls.grpc_credentials())
+        if bound == 0:
+            raise OSError(f"cannot bind gRPC to {target}")
+        return server
 
     def start(self) -> None:
         self._server.start()
+        self._front.start()
 
     def stop(self) -> None:
+        self._front.stop()
         self._server.stop(grace=1).wait(timeout=5)

@@ -17,6 +17,7 @@ from allocator.backends.sandbox import SandboxConfig
 from allocator.broker.api import RequestObserver
 from allocator.broker.asgi import HttpLimits
 from allocator.broker.core import DEFAULT_LEASE_SECONDS, Broker
+from allocator.broker.grpc_front import CONNECTIONS_PER_ADDRESS
 from allocator.broker.grpc_server import TenantGrpcServer
 from allocator.broker.http_server import TenantHttpServer
 from allocator.broker.limits import Limits
@@ -42,6 +43,8 @@ class BrokerOptions:
     host: str = "127.0.0.1"
     http_port: int = DEFAULT_HTTP_PORT
     grpc_port: int = DEFAULT_GRPC_PORT
+    # gRPC connections one client address may hold at once (docs/security.md)
+    grpc_connections_per_address: int = CONNECTIONS_PER_ADDRESS
     token: str | None = None
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     state_dir: Path = Path(".fairbroker")
@@ -120,7 +123,7 @@ class BrokerService:
         try:
             self.grpc = TenantGrpcServer(
                 self.broker, (address, options.grpc_port), options.token, self._observe,
-                options.tls,
+                options.tls, options.grpc_connections_per_address,
             )  # fmt: skip
         except Exception:
             self.http.server_close()

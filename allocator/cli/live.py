@@ -51,7 +51,7 @@ SERVE_DEFAULTS = {
     "metrics_port": DEFAULT_METRICS_PORT, "state_dir": ".fairbroker", "lease": 30.0,
     "log_level": "info", "backend": "local", "failover_timeout": 7 * 24 * 3600.0,
     "framework_name": "fairbroker", "spark_home": "/opt/spark", "sandbox": "auto",
-    "sandbox_user": "nobody", "sandbox_cpu": "shares",
+    "sandbox_user": "nobody", "sandbox_cpu": "shares", "grpc_connections_per_address": 16,
 }  # fmt: skip
 
 
@@ -76,6 +76,12 @@ def serve_options(func):
         ),
         click.option("--grpc-port", type=port, default=d("grpc_port"), show_default=True,
                      help="gRPC tenant API."),
+        click.option(
+            "--grpc-connections-per-address", type=click.IntRange(1, 256),
+            default=d("grpc_connections_per_address"), show_default=True,
+            help="gRPC connections one client address may hold at once (IPv6: one /64); "
+            "more are reset, while other addresses still get in.",
+        ),
         click.option(
             "--cluster", type=click.Path(dir_okay=False), default=None,
             help="Agents of the embedded cluster (YAML; default: the paper's six, memory/2).",

@@ -27,6 +27,7 @@ def broker_options(config: ServeConfig) -> BrokerOptions:
         host=config.host,
         http_port=config.port,
         grpc_port=config.grpc_port,
+        grpc_connections_per_address=config.grpc_connections_per_address,
         token=config.read_token(),
         lease_seconds=config.lease,
         state_dir=config.state_dir,

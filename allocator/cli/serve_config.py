@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from allocator.backends.sandbox import SandboxConfig
+from allocator.broker.grpc_front import CONNECTIONS_PER_ADDRESS
 from allocator.broker.ports import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from allocator.broker.tls import TlsFiles
 from allocator.engine_config import (
@@ -110,6 +111,8 @@ class ServeConfig(_EngineKeys):  # type: ignore[misc, valid-type]
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_HTTP_PORT, ge=0, le=65535)
     grpc_port: int = Field(DEFAULT_GRPC_PORT, ge=0, le=65535)
+    # gRPC connections one client address may hold at once (beyond: reset at once)
+    grpc_connections_per_address: int = Field(CONNECTIONS_PER_ADDRESS, ge=1, le=256)
     metrics: bool = True
     metrics_token: bool = False  # /metrics requires the tenant API's token too
     metrics_port: int = Field(DEFAULT_METRICS_PORT, ge=0, le=65535)
