@@ -50,7 +50,7 @@ def test_live_wfq_batch_starts_jobs_in_priority_order(tmp_path: Path):
     path = tmp_path / "wfq.yaml"
     path.write_text(yaml.safe_dump(scenario))
     out = tmp_path / "out"
-    done = run_fairbroker("batch", str(path), "--out", str(out), "--quiet", "--job-timeout", "120")
+    done = run_fairbroker("batch", str(path), "--out", str(out), "--quiet", "--job-timeout", "600")
     assert done.returncode == 0, done.stderr
     result = json.loads((out / "result.json").read_text())
     assert result["jobs"] == 2 and result["failures"] == 0, result
