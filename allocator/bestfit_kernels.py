@@ -34,8 +34,10 @@ from allocator.fill_kernels import (
     STEPS,
     M,
     _leave,
-    _regrant,
+    _shift_left,
+    _shift_right,
     _threshold,
+    grant,
 )
 
 #: Most agents a chunk of an agent order holds (a full chunk splits in two halves).
@@ -127,12 +129,23 @@ def build_order(g: int, order: np.ndarray, sort_key: np.ndarray, residual: np.nd
         size[g, c] = 0
 
 
+@nb.njit(cache=True, inline="always")
+def _held_most(g: int, c: int, held: np.ndarray, room: np.ndarray) -> bool:
+    """Whether an entry whose residual was `held` when chunk c's room was last computed
+    may have been the one with the most of some resource (room to recompute)."""
+    for r in range(held.shape[0]):  # noqa: SIM110 (a loop numba compiles plainly)
+        if held[r] >= room[g, c, r]:
+            return True
+    return False
+
+
 @nb.njit(cache=True)
-def _remove(g: int, a: int, key: float, members: np.ndarray, keys: np.ndarray,
-            size: np.ndarray, room: np.ndarray, chunk_of: np.ndarray, directory: np.ndarray,
-            n_chunks: np.ndarray, spare: np.ndarray, n_spare: np.ndarray,
-            residual: np.ndarray) -> None:  # fmt: skip
-    """Take agent a (of key `key`) out of order g."""
+def _remove(g: int, a: int, key: float, held: np.ndarray, members: np.ndarray,
+            keys: np.ndarray, size: np.ndarray, room: np.ndarray, chunk_of: np.ndarray,
+            directory: np.ndarray, n_chunks: np.ndarray, spare: np.ndarray,
+            n_spare: np.ndarray, residual: np.ndarray) -> None:  # fmt: skip
+    """Take agent a (of key `key`, residual `held` when its chunk's room was computed)
+    out of order g."""
     c = chunk_of[g, a]
     lo, hi = 0, size[g, c]
     while lo < hi:
@@ -142,12 +155,12 @@ def _remove(g: int, a: int, key: float, members: np.ndarray, keys: np.ndarray,
         else:
             hi = mid
     last = size[g, c] - 1
-    for j in range(lo, last):
-        members[g, c, j] = members[g, c, j + 1]
-        keys[g, c, j] = keys[g, c, j + 1]
+    _shift_left(members[g, c], lo, last + 1)
+    _shift_left(keys[g, c], lo, last + 1)
     size[g, c] = last
     if last > 0:
-        _chunk_room(g, c, members, size, residual, room)
+        if _held_most(g, c, held, room):
+            _chunk_room(g, c, members, size, residual, room)
         return
     i = 0  # an empty chunk leaves the directory
     while directory[g, i] != c:
@@ -208,11 +221,16 @@ def _insert(g: int, a: int, key: float, members: np.ndarray, keys: np.ndarray,
         if _before(keys[g, c, half - 1], members[g, c, half - 1], key, a):
             c = upper
     n = size[g, c]
-    j = n
-    while j > 0 and _before(key, a, keys[g, c, j - 1], members[g, c, j - 1]):
-        members[g, c, j] = members[g, c, j - 1]
-        keys[g, c, j] = keys[g, c, j - 1]
-        j -= 1
+    lo, hi = 0, n  # a goes before the first member it sorts before
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _before(key, a, keys[g, c, mid], members[g, c, mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    j = lo
+    _shift_right(members[g, c], j, n)
+    _shift_right(keys[g, c], j, n)
     members[g, c, j] = a
     keys[g, c, j] = key
     size[g, c] = n + 1
@@ -496,6 +514,7 @@ def bestfit(rng: np.random.Generator, ints: np.ndarray, residual: np.ndarray,
     for g in range(refs.shape[0]):
         first[g] = compared[g, 0] if n_compared[g] > 0 else -1
     old = np.empty(refs.shape[0])
+    before = np.empty(n_r)  # the granted agent's residual before the grant
     while True:
         if ints[MADE] >= ints[LIMIT]:
             return DONE
@@ -523,19 +542,9 @@ def bestfit(rng: np.random.Generator, ints: np.ndarray, residual: np.ndarray,
             ints[M] = m - 1
             continue
         for r in range(n_r):
-            alloc[n, r] += demand[n, r]
-            residual[agent, r] -= demand[n, r]
-        count[n] += 1.0
-        wanting[n] = count[n] < limit[n]
-        made = ints[MADE]
-        out_f[made] = n
-        out_a[made] = agent
-        ints[MADE] = made + 1
-        leaves = not wanting[n]
-        _regrant(DRF, n, leaves, m, alloc, count, weight, total, no_type, no_scale, key, srt,
-                 places)  # fmt: skip
-        if leaves:
-            ints[M] = m - 1
+            before[r] = residual[agent, r]
+        grant(DRF, True, n, agent, ints, residual, alloc, count, limit, wanting, demand, weight,
+              total, no_type, no_scale, key, srt, places, out_f, out_a)  # fmt: skip
         emptied = -1
         pristine_agent = class_of[agent] >= 0
         if pristine_agent:
@@ -547,14 +556,17 @@ def bestfit(rng: np.random.Generator, ints: np.ndarray, residual: np.ndarray,
         for g in range(refs.shape[0]):
             if emptied >= 0:
                 entry = n_a + emptied
-                _remove(g, entry, sort_key[g, entry], members, keys, size, room, chunk_of,
-                        directory, n_chunks, spare, n_spare, residual)  # fmt: skip
+                _remove(g, entry, sort_key[g, entry], residual[entry], members, keys, size,
+                        room, chunk_of, directory, n_chunks, spare, n_spare,
+                        residual)  # fmt: skip
             if not pristine_agent:
                 if sort_key[g, agent] == old[g]:  # same place, less room
-                    _chunk_room(g, chunk_of[g, agent], members, size, residual, room)
+                    c = chunk_of[g, agent]
+                    if _held_most(g, c, before, room):
+                        _chunk_room(g, c, members, size, residual, room)
                     continue
-                _remove(g, agent, old[g], members, keys, size, room, chunk_of, directory,
-                        n_chunks, spare, n_spare, residual)  # fmt: skip
+                _remove(g, agent, old[g], before, members, keys, size, room, chunk_of,
+                        directory, n_chunks, spare, n_spare, residual)  # fmt: skip
             if not _insert(g, agent, sort_key[g, agent], members, keys, size, room, chunk_of,
                            directory, n_chunks, spare, n_spare, residual):  # fmt: skip
                 _rebuild(g, agent, sort_key, residual, members, keys, size, room, chunk_of,

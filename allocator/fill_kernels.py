@@ -107,13 +107,33 @@ def _find(t: int, a: int, m: int, key: np.ndarray, srt: np.ndarray, lo: int) -> 
     return lo
 
 
+@nb.njit(cache=True, inline="always")
+def _shift_left(row: np.ndarray, p: int, q: int) -> None:
+    """row[p:q - 1] = row[p + 1:q], in place. Unsigned indices: with signed ones numba
+    checks each for wraparound and the copy is not vectorized (ten times slower)."""
+    start = np.uint64(p)
+    one = np.uint64(1)
+    for i in range(np.uint64(max(q - 1 - p, 0))):
+        row[start + i] = row[start + i + one]
+
+
+@nb.njit(cache=True, inline="always")
+def _shift_right(row: np.ndarray, p: int, q: int) -> None:
+    """row[p + 1:q + 1] = row[p:q], in place (unsigned indices, as `_shift_left`)."""
+    one = np.uint64(1)
+    stop = np.uint64(p)
+    i = np.uint64(max(q, p))
+    while i > stop:
+        row[i] = row[i - one]
+        i -= one
+
+
 @nb.njit(cache=True)
 def _leave(n: int, m: int, key: np.ndarray, srt: np.ndarray) -> None:
     """Take n (with the keys it is ordered by) out of every order of length m."""
     for t in range(srt.shape[0]):
         p = _find(t, n, m, key, srt, 0)
-        for i in range(p, m - 1):
-            srt[t, i] = srt[t, i + 1]
+        _shift_left(srt[t], p, m)
 
 
 @nb.njit(cache=True)
@@ -133,9 +153,36 @@ def _regrant(crit: int, n: int, leaves: bool, m: int, alloc: np.ndarray, count: 
     for t in range(srt.shape[0]):
         p = places[t]
         q = _find(t, n, m, key, srt, p + 1)  # n sorts before srt[t, q]
-        for i in range(p, q - 1):
-            srt[t, i] = srt[t, i + 1]
+        _shift_left(srt[t], p, q)
         srt[t, q - 1] = n
+
+
+@nb.njit(cache=True)
+def grant(crit: int, ordered: bool, n: int, agent: int, ints: np.ndarray,
+          residual: np.ndarray, alloc: np.ndarray, count: np.ndarray, limit: np.ndarray,
+          wanting: np.ndarray, demand: np.ndarray, weight: np.ndarray, total: np.ndarray,
+          type_cap: np.ndarray, scale: np.ndarray, key: np.ndarray, srt: np.ndarray,
+          places: np.ndarray, out_f: np.ndarray, out_a: np.ndarray) -> bool:  # fmt: skip
+    """One task of n on `agent`, as `AllocationState.grant`, logged in `out_f`/`out_a`;
+    with `ordered`, n's new keys (its share, for DRF) and place in the orders of length
+    `ints[M]`, out of them if it wants no more. Returns whether n wants more. Shared by
+    the rrr kernel and `bestfit_kernels.bestfit` (DRF's share update)."""
+    for r in range(demand.shape[1]):
+        alloc[n, r] += demand[n, r]
+        residual[agent, r] -= demand[n, r]
+    count[n] += 1.0
+    wants = count[n] < limit[n]
+    wanting[n] = wants
+    made = ints[MADE]
+    out_f[made] = n
+    out_a[made] = agent
+    ints[MADE] = made + 1
+    if ordered:
+        _regrant(crit, n, not wants, ints[M], alloc, count, weight, total, type_cap, scale,
+                 key, srt, places)  # fmt: skip
+        if not wants:
+            ints[M] -= 1
+    return wants
 
 
 @nb.njit(cache=True)
@@ -196,8 +243,10 @@ def rrr(crit: int, rng: np.random.Generator, ints: np.ndarray, residual: np.ndar
     alloc_t = np.ascontiguousarray(alloc.T)
     demand_t = np.ascontiguousarray(demand.T)
     approx = np.empty(demand.shape[0])
-    ok = np.empty(demand.shape[0], dtype=np.bool_)
     inv_weight = 1.0 / weight
+    # rPS-DSF's screen starts from 0 for a wanting framework, +inf for the others
+    base = np.where(wanting, 0.0, np.inf)
+    everywhere = eligible.all()
     while True:
         if ints[MADE] >= ints[LIMIT]:
             return DONE
@@ -224,8 +273,8 @@ def rrr(crit: int, rng: np.random.Generator, ints: np.ndarray, residual: np.ndar
             for r in range(n_r):
                 res = residual[agent, r]
                 rres[r] = res if res > tol[r] else 0.0
-            k, low = _scan_rps(agent, residual, alloc, alloc_t, demand_t, tol, wanting,
-                               eligible, weight, inv_weight, rres, approx, ok, ties,
+            k, low = _scan_rps(agent, residual, alloc, alloc_t, demand_t, tol, base,
+                               everywhere, eligible, weight, inv_weight, rres, approx, ties,
                                values)  # fmt: skip
         else:
             k, low, n_dead = _walk(crit, agent, ints, residual, alloc, wanting, demand, tol,
@@ -248,24 +297,15 @@ def rrr(crit: int, rng: np.random.Generator, ints: np.ndarray, residual: np.ndar
             n = ties[rng.integers(0, tied)]
         else:
             n = ties[0]
-        # the grant, as AllocationState.grant (one task)
-        for r in range(n_r):
-            alloc[n, r] += demand[n, r]
-            residual[agent, r] -= demand[n, r]
-            if crit == RPSDSF:
+        ordered = crit != PSDSF_SCAN and crit != RPSDSF
+        wants = grant(crit, ordered, n, agent, ints, residual, alloc, count, limit, wanting,
+                      demand, weight, total, type_cap, scale, key, srt, places, out_f,
+                      out_a)  # fmt: skip
+        if crit == RPSDSF:
+            for r in range(n_r):
                 alloc_t[r, n] += demand[n, r]
-        count[n] += 1.0
-        wanting[n] = count[n] < limit[n]
-        made = ints[MADE]
-        out_f[made] = n
-        out_a[made] = agent
-        ints[MADE] = made + 1
-        if crit != PSDSF_SCAN and crit != RPSDSF:
-            leaves = not wanting[n]
-            _regrant(crit, n, leaves, ints[M], alloc, count, weight, total, type_cap, scale,
-                     key, srt, places)  # fmt: skip
-            if leaves:
-                ints[M] -= 1
+            if not wants:
+                base[n] = np.inf
 
 
 @nb.njit(cache=True)
@@ -318,35 +358,45 @@ def _walk(crit: int, agent: int, ints: np.ndarray, residual: np.ndarray, alloc: 
 
 @nb.njit(cache=True)
 def _scan_rps(agent: int, residual: np.ndarray, alloc: np.ndarray, alloc_t: np.ndarray,
-              demand_t: np.ndarray, tol: np.ndarray, wanting: np.ndarray,
+              demand_t: np.ndarray, tol: np.ndarray, base: np.ndarray, everywhere: bool,
               eligible: np.ndarray, weight: np.ndarray, inv_weight: np.ndarray,
-              rres: np.ndarray, approx: np.ndarray, ok: np.ndarray, ties: np.ndarray,
+              rres: np.ndarray, approx: np.ndarray, ties: np.ndarray,
               values: np.ndarray) -> tuple[int, float]:  # fmt: skip
     """rPS-DSF at `agent`: the frameworks that fit there from the lowest value up to its
     tie tolerance (`ties[:k]`, `values[:k]`, in index order) and the lowest value.
 
-    Every framework is screened at once in loops the compiler vectorizes, over (R, F)
-    copies of the allocations and demands and with multiplications by reciprocals, which
-    are within a few ulps of the criterion's divisions; only the frameworks the screen
-    cannot rule out (those within a relative 1e-12 past the tie tolerance of the screened
-    minimum) get the exact value, computed as `_max_ratio` does."""
+    Every framework is screened at once in loops the compiler vectorizes (floats only,
+    no branches: a framework that cannot take the task here screens at +inf; `base` is
+    +inf for those that want no more, `everywhere` when no constraint excludes any), over
+    (R, F) copies of the allocations and demands and with multiplications by reciprocals,
+    which are within a few ulps of the criterion's divisions; only the frameworks the
+    screen cannot rule out (those within a relative 1e-12 past the tie tolerance of the
+    screened minimum) get the exact value, computed as `_max_ratio` does."""
     n_r, n_f = demand_t.shape
-    elig = eligible[agent]
-    for n in range(n_f):
-        approx[n] = 0.0
-        ok[n] = wanting[n] & elig[n]
+    if everywhere:
+        for n in range(n_f):
+            approx[n] = base[n]
+    else:
+        elig = eligible[agent]
+        for n in range(n_f):
+            approx[n] = base[n] if elig[n] else np.inf
     for r in range(n_r):
         room = residual[agent, r] + tol[r]
-        for n in range(n_f):
-            ok[n] &= demand_t[r, n] <= room
+        share = alloc_t[r]
+        need = demand_t[r]
         if rres[r] > 0:
             inverse = 1.0 / rres[r]
             for n in range(n_f):
-                approx[n] = max(approx[n], alloc_t[r, n] * inverse)
+                v = max(approx[n], share[n] * inverse)
+                approx[n] = v if need[n] <= room else np.inf
+        else:
+            for n in range(n_f):
+                approx[n] = approx[n] if need[n] <= room else np.inf
     screened = np.inf
     for n in range(n_f):
-        approx[n] = approx[n] * inv_weight[n] if ok[n] else np.inf
-        screened = min(screened, approx[n])
+        v = approx[n] * inv_weight[n]
+        approx[n] = v
+        screened = min(screened, v)
     if screened == np.inf:
         return 0, np.inf
     cutoff = _threshold(screened) * (1.0 + BOUND_SLACK)

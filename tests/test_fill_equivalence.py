@@ -215,3 +215,22 @@ def test_the_kernels_take_the_default_static_fills() -> None:
     oblivious = AllocationState(google_like_cluster(1000, 100, seed=1), Mode.OBLIVIOUS)
     assert not native_fill.applies(oblivious, scheduler("drf").criterion(), Selection.RRR,
                                    Ties.RANDOM, Level.FRAMEWORK, False, False)  # fmt: skip
+
+
+def test_the_order_shifts_move_exactly_their_span() -> None:
+    """The kernels' in-place shifts (unsigned indices, for speed) against slicing by hand:
+    left moves row[p + 1:q] to row[p:q - 1], right moves row[p:q] to row[p + 1:q + 1], and
+    an empty span moves nothing."""
+    from allocator.fill_kernels import _shift_left, _shift_right
+
+    for p, q in [(2, 6), (0, 8), (3, 3), (0, 0), (7, 8)]:
+        row = np.arange(10, dtype=np.int64) * 10
+        want = row.copy()
+        want[p : max(q - 1, p)] = row[p + 1 : q]
+        _shift_left(row, p, q)
+        np.testing.assert_array_equal(row, want)
+        row = np.arange(10, dtype=np.int64) * 10
+        want = row.copy()
+        want[p + 1 : q + 1] = row[p:q]
+        _shift_right(row, p, q)
+        np.testing.assert_array_equal(row, want)
