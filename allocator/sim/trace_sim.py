@@ -157,6 +157,9 @@ class TraceSimulator:
         self._stream = w.stream() if w.stream is not None else None
         self._next_chunk: TraceChunk | None = None
         self._stream_tasks = 0  # tasks of the chunks loaded so far
+        # Groups whose engine target fell (tasks finished) since the last allocation run: a
+        # lower target matters only to a run, so it is told once per run, not per task.
+        self._lowered: dict[int, None] = {}
         self.user_submitted = np.zeros(len(w.users), dtype=np.int64)
         self.user_completed = np.zeros(len(w.users), dtype=np.int64)
         self.left = [False] * len(w.users)
@@ -271,6 +274,8 @@ class TraceSimulator:
         self.series.changed()
         self.pending += arrival.tasks
         if self.registered[g]:
+            if self._lowered.pop(g, 1) is None:  # the fall first, so a rise stays a rise
+                self.engine.set_target(self.names[g], self.unfinished[g] - arrival.tasks)
             self.engine.set_target(self.names[g], self.unfinished[g])
         else:
             self.engine.register(
@@ -307,11 +312,12 @@ class TraceSimulator:
             self.agent_used[agent] -= self.demand[g]
         if self.unfinished[g] == 0:
             engine.unregister(name)
+            self._lowered.pop(g, None)
             self.registered[g] = False
             if self._stream is not None and self.group_left[g] == 0:
                 self._retire(g)
         else:
-            engine.set_target(name, self.unfinished[g])
+            self._lowered[g] = None
         series.running[u] -= 1
         if series.running[u] == 0:
             series.held[u] = 0.0  # no float drift once a user holds nothing
@@ -326,6 +332,7 @@ class TraceSimulator:
             if not self.registered[g]:
                 continue
             freed = self.engine.unregister(self.names[g])
+            self._lowered.pop(g, None)
             if self.agent_used is not None:
                 for agent, tasks in freed:
                     self.agent_used[self.agent_index[agent]] -= tasks * self.demand[g]
@@ -358,6 +365,10 @@ class TraceSimulator:
         return after
 
     def _allocate(self) -> None:
+        if self._lowered:
+            for g in self._lowered:
+                self.engine.set_target(self.names[g], self.unfinished[g])
+            self._lowered.clear()
         grants = self.engine.allocate(self.now)
         if not grants:
             return
