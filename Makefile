@@ -115,6 +115,7 @@ bench: install
 	$(PY) -m benchmarks.bench_exact
 	$(PY) -m benchmarks.sim_claims
 	$(PY) -m benchmarks.bench_sim
+	$(PY) -m benchmarks.bench_google_scale
 	$(PY) -m benchmarks.bench_broker
 	$(PY) -m benchmarks.bench_load
 	$(PY) -m benchmarks.bench_cli

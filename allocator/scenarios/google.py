@@ -8,6 +8,7 @@ to the largest server (Table I's convention: the largest server is 1 in every re
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,6 +87,9 @@ class GoogleWorkloadSpec(BaseModel):
     #: `warm_start_s` earlier are submitted at 0 with their remaining work (the real trace
     #: starts with a full cluster too). They are excluded from job completion times.
     warm_start_s: float = Field(default=86400.0, ge=0)
+    #: Set the arrival rate on the first `calibrate_s` seconds instead of the whole horizon
+    #: (for long horizons: the stream after it keeps the rate; docs/traces.md).
+    calibrate_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
 
 @dataclass
@@ -161,15 +165,31 @@ def _window_work(
     return (per_job[tasks > 0, None] * demand[tasks > 0]).sum(axis=0)
 
 
-def google_jobs(spec: GoogleWorkloadSpec, capacity: np.ndarray, horizon_s: float) -> GoogleJobs:
-    """Jobs that ask for `spec.load` of the cluster over [0, horizon_s) in their bottleneck
-    resource: max_r (r-seconds requested inside the window) / (capacity_r x horizon_s).
+@dataclass
+class _Calibrated:
+    """The job pool `google_jobs` draws, its per-task durations, unit-rate arrival epochs
+    and the rate that hits the load; the generator it came from continues the stream."""
 
-    `capacity` is the cluster's total (cpus, mem) normalized to the largest server (about
-    0.53 and 0.47 per Table I server). Arrivals are a Poisson process; its rate is found by
-    bisection so that the work requested inside the window (the part of each task that
-    falls in it) hits the target, whatever the heavy tails drew.
-    """
+    rng: np.random.Generator
+    users: tuple[np.ndarray, np.ndarray]
+    pool: dict[str, np.ndarray]
+    durations: np.ndarray
+    gaps: np.ndarray
+    rate: float
+
+
+def _task_durations(
+    spec: GoogleWorkloadSpec, rng: np.random.Generator, base: np.ndarray, tasks: np.ndarray
+) -> np.ndarray:
+    durations = np.repeat(base, tasks) * np.exp(
+        spec.task_sigma * rng.standard_normal(int(tasks.sum()))
+    )
+    return np.clip(durations, spec.duration_min_s, spec.duration_max_s)
+
+
+def _calibrate(spec: GoogleWorkloadSpec, capacity: np.ndarray, horizon_s: float) -> _Calibrated:
+    """Draw the pool and find the Poisson rate at which the work requested inside
+    [0, horizon_s) is `spec.load` of the cluster in the bottleneck resource."""
     rng = np.random.default_rng([spec.seed, 0x6002])
     ranks = np.arange(1, spec.users + 1, dtype=float)
     share = ranks**-spec.user_skew
@@ -185,10 +205,7 @@ def google_jobs(spec: GoogleWorkloadSpec, capacity: np.ndarray, horizon_s: float
         work += float((chunk["tasks"] * chunk["cpu"] * chunk["base"]).sum())
     pool = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
     tasks = pool["tasks"]
-    durations = np.repeat(pool["base"], tasks) * np.exp(
-        spec.task_sigma * rng.standard_normal(int(tasks.sum()))
-    )
-    durations = np.clip(durations, spec.duration_min_s, spec.duration_max_s)
+    durations = _task_durations(spec, rng, pool["base"], tasks)
     gaps = np.cumsum(rng.exponential(1.0, len(tasks)))  # unit-rate Poisson arrival epochs
 
     def arrivals(rate: float) -> np.ndarray:
@@ -219,14 +236,22 @@ def google_jobs(spec: GoogleWorkloadSpec, capacity: np.ndarray, horizon_s: float
             high = rate
         if high / low < 1 + 1e-6:
             break
-    arrival = arrivals(high)
-    n = int(np.searchsorted(arrival, horizon_s))
-    arrival, tasks = arrival[:n], tasks[:n]
-    durations = durations[: int(tasks.sum())]
-    user, cpu, mem = pool["user"][:n], pool["cpu"][:n], pool["mem"][:n]
+    return _Calibrated(rng, users, pool, durations, gaps, high)
 
-    # Warm start: a job that arrived before 0 keeps the tasks still running at 0, with the
-    # time they have left; jobs with none left are gone.
+
+def _warm_start(
+    arrival: np.ndarray,
+    user: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    tasks: np.ndarray,
+    durations: np.ndarray,
+    user_names: list[str],
+) -> GoogleJobs:
+    """Jobs in arrival order as GoogleJobs. Warm start: a job that arrived before 0 keeps the
+    tasks still running at 0, with the time they have left, submitted at 0; jobs with none
+    left are gone. Job by job, so a stream cut anywhere gives the same jobs."""
+    n = len(arrival)
     early = arrival < 0
     if early.any():
         job_of_task = np.repeat(np.arange(n), tasks)
@@ -247,5 +272,127 @@ def google_jobs(spec: GoogleWorkloadSpec, capacity: np.ndarray, horizon_s: float
         durations=durations,
         offsets=offsets.astype(np.int64),
         warm=early,
-        user_names=[f"user{k:03d}" for k in range(spec.users)],
+        user_names=user_names,
     )
+
+
+def _user_names(spec: GoogleWorkloadSpec) -> list[str]:
+    return [f"user{k:03d}" for k in range(spec.users)]
+
+
+def google_jobs(spec: GoogleWorkloadSpec, capacity: np.ndarray, horizon_s: float) -> GoogleJobs:
+    """Jobs that ask for `spec.load` of the cluster over [0, horizon_s) in their bottleneck
+    resource: max_r (r-seconds requested inside the window) / (capacity_r x horizon_s).
+
+    `capacity` is the cluster's total (cpus, mem) normalized to the largest server (about
+    0.53 and 0.47 per Table I server). Arrivals are a Poisson process; its rate is found by
+    bisection so that the work requested inside the window (the part of each task that
+    falls in it) hits the target, whatever the heavy tails drew. With `spec.calibrate_s`
+    shorter than the horizon, the rate is set on that first window and the jobs after it
+    continue the same stream (`google_job_stream`, all at once).
+    """
+    if spec.calibrate_s is not None and spec.calibrate_s < horizon_s:
+        parts = list(google_job_stream(spec, capacity, horizon_s, horizon_s))
+        return _concatenate(parts, _user_names(spec))
+    c = _calibrate(spec, capacity, horizon_s)
+    arrival = c.gaps / c.rate - spec.warm_start_s
+    n = int(np.searchsorted(arrival, horizon_s))
+    tasks = c.pool["tasks"][:n]
+    durations = c.durations[: int(tasks.sum())]
+    pool = c.pool
+    return _warm_start(
+        arrival[:n],
+        pool["user"][:n],
+        pool["cpu"][:n],
+        pool["mem"][:n],
+        tasks,
+        durations,
+        _user_names(spec),
+    )
+
+
+def _concatenate(parts: list[GoogleJobs], user_names: list[str]) -> GoogleJobs:
+    tasks = np.concatenate([p.tasks for p in parts])
+    return GoogleJobs(
+        submit_s=np.concatenate([p.submit_s for p in parts]),
+        user=np.concatenate([p.user for p in parts]),
+        tasks=tasks,
+        demand=np.concatenate([p.demand for p in parts]),
+        durations=np.concatenate([p.durations for p in parts]),
+        offsets=np.concatenate([[0], np.cumsum(tasks)]).astype(np.int64),
+        warm=np.concatenate([p.warm for p in parts]),
+        user_names=user_names,
+    )
+
+
+#: Jobs drawn at a time once a stream has used up its calibration pool.
+STREAM_BLOCK = 4096
+
+
+def google_job_stream(
+    spec: GoogleWorkloadSpec, capacity: np.ndarray, horizon_s: float, chunk_s: float
+) -> Iterator[GoogleJobs]:
+    """The jobs of `google_jobs` over [0, horizon_s), generated lazily: one GoogleJobs per
+    `chunk_s` of arrivals (the warm-start jobs, submitted at 0, come with the first), so
+    that memory holds a chunk, not the whole trace.
+
+    The rate is calibrated as in `google_jobs` on the first `spec.calibrate_s` seconds
+    (default: the whole horizon), on the same pool; past the pool, jobs are drawn
+    `STREAM_BLOCK` at a time from the same random stream and keep that rate. With
+    `calibrate_s` equal to the horizon the chunks are exactly `google_jobs`'s jobs.
+    """
+    if chunk_s <= 0:
+        raise ValueError("chunk_s: must be positive")
+    calibrate_s = horizon_s if spec.calibrate_s is None else min(spec.calibrate_s, horizon_s)
+    c = _calibrate(spec, capacity, calibrate_s)
+    names = _user_names(spec)
+    pool = c.pool
+
+    def blocks(extend: bool) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]]:
+        """(arrival, jobs, their task durations), in arrival order: the pool, then (`extend`)
+        further blocks without end."""
+        yield c.gaps / c.rate - spec.warm_start_s, pool, c.durations
+        if not extend:
+            return
+        last = float(c.gaps[-1])
+        while True:
+            jobs = _draw_jobs(spec, c.rng, STREAM_BLOCK, c.users)
+            durations = _task_durations(spec, c.rng, jobs["base"], jobs["tasks"])
+            gaps = last + np.cumsum(c.rng.exponential(1.0, STREAM_BLOCK))
+            last = float(gaps[-1])
+            yield gaps / c.rate - spec.warm_start_s, jobs, durations
+
+    cut = 0.0  # the current chunk ends at cut + chunk_s (the first also takes warm jobs)
+    held: list[tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]] = []
+
+    def emit() -> GoogleJobs:
+        out = _warm_start(
+            np.concatenate([h[0] for h in held]),
+            np.concatenate([h[1]["user"] for h in held]),
+            np.concatenate([h[1]["cpu"] for h in held]),
+            np.concatenate([h[1]["mem"] for h in held]),
+            np.concatenate([h[1]["tasks"] for h in held]),
+            np.concatenate([h[2] for h in held]),
+            names,
+        )
+        held.clear()
+        return out
+
+    for arrival, jobs, durations in blocks(extend=calibrate_s < horizon_s):
+        starts = np.concatenate([[0], np.cumsum(jobs["tasks"])])
+        at = 0
+        while at < len(arrival):
+            end = min(cut + chunk_s, horizon_s)
+            upto = int(np.searchsorted(arrival, end))
+            if upto > at:
+                part = {k: v[at:upto] for k, v in jobs.items()}
+                held.append((arrival[at:upto], part, durations[starts[at] : starts[upto]]))
+                at = upto
+            if at < len(arrival):  # arrival[at] >= end: the chunk is complete
+                if held:
+                    yield emit()
+                if end >= horizon_s:
+                    return
+                cut = end
+    if held:  # the pool ran out before the horizon (google_jobs stops there too)
+        yield emit()

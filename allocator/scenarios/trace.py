@@ -23,6 +23,7 @@ leave times already applied. CSV errors name the file, line and field.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -37,8 +38,10 @@ from allocator.scenarios.batch import TimedAgentSpec
 from allocator.scenarios.files import load_file, validate
 from allocator.scenarios.google import (
     GoogleClusterSpec,
+    GoogleJobs,
     GoogleWorkloadSpec,
     google_cluster,
+    google_job_stream,
     google_jobs,
 )
 from allocator.scenarios.trace_csv import (
@@ -88,6 +91,18 @@ class Arrival:
 
 
 @dataclass
+class TraceChunk:
+    """A streamed workload's next jobs: their groups and arrivals (sorted by time, none
+    before `time`), numbered after every earlier chunk's (global job and group indices)."""
+
+    time: float  # the first arrival
+    jobs: list[TraceJob]
+    groups: list[TaskGroup]
+    arrivals: list[Arrival]
+    dropped: int = 0  # tasks of jobs that arrive after their user left
+
+
+@dataclass
 class TraceWorkload:
     name: str
     resources: tuple[str, ...]
@@ -104,8 +119,14 @@ class TraceWorkload:
     seed: int = 0
     description: str = ""
     notes: list[str] = field(default_factory=list)
+    #: A streamed workload (`stream_s`): jobs, groups and arrivals above are empty and each
+    #: call gives a fresh iterator of chunks, so a run holds one chunk of the trace at a time.
+    stream: Callable[[], Iterator[TraceChunk]] | None = None
 
     def total_tasks(self) -> int:
+        """Tasks of every arrival (a streamed workload: of every chunk, generated again)."""
+        if self.stream is not None:
+            return sum(a.tasks for chunk in self.stream() for a in chunk.arrivals)
         return sum(a.tasks for a in self.arrivals)
 
 
@@ -181,6 +202,8 @@ class TraceSpec(_Strict):
     horizon_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     sample_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     seed: int = Field(default=0, ge=0)
+    #: Generate jobs.google lazily, this many seconds of arrivals at a time (long traces).
+    stream_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     cluster: ClusterSpec
     users: list[UserSpec] = []
     jobs: JobsSpec
@@ -189,6 +212,11 @@ class TraceSpec(_Strict):
     def _check(self) -> TraceSpec:
         if self.jobs.google is not None and self.horizon_s is None:
             raise ValueError("horizon_s: required with jobs.google (the arrival window)")
+        if self.stream_s is not None:
+            if self.jobs.google is None:
+                raise ValueError("stream_s: only with jobs.google")
+            if any(u.join_s > 0 for u in self.users):
+                raise ValueError("stream_s: users must not join late (join_s) in a stream")
         seen: set[str] = set()
         for i, user in enumerate(self.users):
             if user.name in seen:
@@ -312,6 +340,7 @@ class _Builder:
 def _fits(capacity: np.ndarray, demand: np.ndarray) -> np.ndarray:
     """(G,) whether each demand row fits some single agent."""
     out = np.zeros(len(demand), dtype=bool)
+    capacity = np.unique(capacity, axis=0)  # a drawn cluster has a few machine types
     unique, inverse = np.unique(demand, axis=0, return_inverse=True)
     tol = 1e-9 * np.maximum(capacity.max(axis=0), 1.0)
     for start in range(0, len(unique), 256):
@@ -366,6 +395,8 @@ def build_workload(spec: TraceSpec, base: Path = Path(".")) -> TraceWorkload:
         if tuple(resources[:2]) != ("cpus", "mem"):
             raise ScenarioError("jobs.google: needs resources [cpus, mem]")
         normalized = capacity[:, :2].sum(axis=0) / largest[:2]
+        if spec.stream_s is not None:
+            return _streamed(spec, builder, names, capacity, register, largest, normalized)
         try:
             generated = google_jobs(google, normalized, spec.horizon_s)
         except ValueError as error:
@@ -420,6 +451,113 @@ def build_workload(spec: TraceSpec, base: Path = Path(".")) -> TraceWorkload:
         seed=spec.seed,
         description=spec.description,
         notes=notes,
+    )
+
+
+def _google_chunk(
+    generated: GoogleJobs,
+    users: list[TraceUser],
+    user_index: dict[str, int],
+    counts: list[int],
+    largest: np.ndarray,
+    n_resources: int,
+) -> TraceChunk:
+    """Generated jobs as a chunk, as `_Builder.add` would have made them (one group and one
+    arrival per job, named after the job's index in the stream); `counts` holds the jobs
+    generated, jobs kept and groups so far, and is advanced."""
+    generated_before, job_base, group_base = counts
+    demand = np.zeros((generated.n_jobs, n_resources))
+    demand[:, :2] = generated.demand * largest[:2]
+    jobs: list[TraceJob] = []
+    groups: list[TaskGroup] = []
+    arrivals: list[Arrival] = []
+    dropped = 0
+    offsets = generated.offsets
+    submit = generated.submit_s.tolist()
+    tasks = generated.tasks.tolist()
+    warm = generated.warm.tolist()
+    user = generated.user.tolist()
+    for j in range(generated.n_jobs):
+        u = user_index[generated.user_names[user[j]]]
+        time = submit[j]
+        if time >= users[u].leave_s:
+            dropped += tasks[j]
+            continue
+        name = f"job{generated_before + j:06d}"
+        job = job_base + len(jobs)
+        jobs.append(TraceJob(name, u, tasks[j], time, warm[j]))
+        groups.append(TaskGroup(name, job, u, demand[j]))
+        durations = generated.durations[offsets[j] : offsets[j + 1]].copy()
+        arrivals.append(Arrival(time, group_base + len(arrivals), tasks[j], durations))
+    counts[:] = [
+        generated_before + generated.n_jobs,
+        job_base + len(jobs),
+        group_base + len(groups),
+    ]
+    time = arrivals[0].time if arrivals else math.inf
+    return TraceChunk(time, jobs, groups, arrivals, dropped)
+
+
+def _streamed(
+    spec: TraceSpec,
+    builder: _Builder,
+    names: list[str],
+    capacity: np.ndarray,
+    register: np.ndarray,
+    largest: np.ndarray,
+    normalized: np.ndarray,
+) -> TraceWorkload:
+    """A google workload generated `spec.stream_s` of arrivals at a time, as the run needs it
+    (same jobs, groups and arrivals as without streaming)."""
+    google = spec.jobs.google
+    assert google is not None and spec.horizon_s is not None and spec.stream_s is not None
+    for name in (f"user{k:03d}" for k in range(google.users)):
+        builder.user(name)
+    users, user_index = builder.users, builder.user_index
+    horizon, chunk_s, resources = spec.horizon_s, spec.stream_s, tuple(spec.resources)
+
+    def chunks() -> Iterator[TraceChunk]:
+        counts = [0, 0, 0]
+        carried = 0  # dropped tasks of chunks with no arrival, reported with the next
+        try:
+            stream = google_job_stream(google, normalized, horizon, chunk_s)
+            for generated in stream:
+                chunk = _google_chunk(generated, users, user_index, counts, largest, len(resources))
+                demands = np.array([g.demand for g in chunk.groups]).reshape(-1, len(resources))
+                bad = np.flatnonzero(~_fits(capacity, demands))
+                if len(bad):
+                    group = chunk.groups[bad[0]]
+                    amounts = ", ".join(
+                        f"{r} {v:g}" for r, v in zip(resources, group.demand, strict=True)
+                    )
+                    raise ScenarioError(
+                        f"jobs: demand: job {group.name!r} ({amounts}) fits no machine; "
+                        "it can never run"
+                    )
+                chunk.dropped += carried
+                carried = chunk.dropped if not chunk.arrivals else 0
+                if chunk.arrivals:
+                    yield chunk
+        except ValueError as error:
+            raise ScenarioError(str(error)) from None
+
+    return TraceWorkload(
+        name=spec.name,
+        resources=resources,
+        largest=largest,
+        agent_names=list(names),
+        capacity=capacity,
+        register_s=register,
+        users=users,
+        jobs=[],
+        groups=[],
+        arrivals=[],
+        horizon_s=spec.horizon_s,
+        sample_s=spec.sample_s,
+        seed=spec.seed,
+        description=spec.description,
+        notes=[f"jobs generated as a stream, {chunk_s:g} s of arrivals at a time"],
+        stream=chunks,
     )
 
 

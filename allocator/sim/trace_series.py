@@ -39,9 +39,11 @@ class TraceSeries(TimeSeries):
         self._stale = True  # holdings changed since the last tick
         self._waiting_integral = 0.0
         self._waiting_span = 0.0
+        self._all_capacity = False  # every resource has capacity: a plain division
 
     def add_capacity(self, capacity: np.ndarray) -> None:
         self.total += capacity
+        self._all_capacity = bool((self.total > 0).all())
         self._stale = True
 
     def changed(self) -> None:
@@ -65,7 +67,8 @@ class TraceSeries(TimeSeries):
         if elapsed <= 0:
             return
         # The allocated fraction and whether anyone is busy are exact up to `time`.
-        self.hold(ratio(self.used, self.total), self._fairness, self.busy_tasks > 0)
+        allocated = self.used / self.total if self._all_capacity else ratio(self.used, self.total)
+        self.hold(allocated, self._fairness, self.busy_tasks > 0)
         if self._busy and self._waiting_users > 1:
             self._waiting_integral += elapsed * self._fair_waiting
             self._waiting_span += elapsed

@@ -29,7 +29,15 @@ from allocator.engine import Engine
 from allocator.engine_config import EngineConfig
 from allocator.errors import ScenarioError
 from allocator.policy.slots import DEFAULT_SLOTS_PER_SERVER, SLOTS, Slots, with_slots
-from allocator.scenarios.trace import TraceWorkload, load_trace, parse_trace
+from allocator.scenarios.trace import (
+    Arrival,
+    TaskGroup,
+    TraceChunk,
+    TraceJob,
+    TraceWorkload,
+    load_trace,
+    parse_trace,
+)
 from allocator.sim.trace_reclaim import KILL, TASK_DONE, TraceReclaim
 from allocator.sim.trace_result import TraceResult
 from allocator.sim.trace_series import TraceSeries
@@ -38,6 +46,7 @@ from allocator.sim.trace_series import TraceSeries
 MAX_SIMULATED_S = 366 * 86400.0
 
 _TICK, _ARRIVAL, _FINISH, _AGENT, _LEAVE = range(5)
+_CHUNK = 7  # a streamed workload's next chunk is due (trace_reclaim uses 5 and 6)
 
 
 class _Durations:
@@ -117,31 +126,40 @@ class TraceSimulator:
         self.engine = Engine(resources, self.config)
         self.now = 0.0
         self.audit = audit
-        # Per task group (engine framework).
-        n = len(w.groups)
-        self.names = [g.name for g in w.groups]
-        self.index = {name: i for i, name in enumerate(self.names)}
-        self.demand = demand  # with the slot column when slots
-        self.demand_real = [demand[i, :real].copy() for i in range(n)]
-        self.demand_dict = [
-            dict(zip(resources, map(float, demand[i]), strict=True)) for i in range(n)
-        ]
-        self.group_user = [g.user for g in w.groups]
-        self.group_job = [g.job for g in w.groups]
-        self.registered = [False] * n
-        self.gone = [False] * n
-        self.unfinished = [0] * n  # submitted, not completed: the engine's target
-        self.running = [0] * n
-        self.queues = [_Durations() for _ in range(n)]
-        # Per job and user.
-        self.job_left = [0] * len(w.jobs)  # arrivals still to come
-        for arrival in w.arrivals:
-            self.job_left[w.groups[arrival.group].job] += 1
-        self.job_unfinished = [0] * len(w.jobs)
-        self.job_finished = [math.nan] * len(w.jobs)
+        self.real = real
+        self.resources = resources
+        # Per task group (engine framework); a streamed workload appends chunk by chunk.
+        self.names: list[str] = []
+        self.index: dict[str, int] = {}
+        self.demand: list[np.ndarray] = []  # with the slot column when slots
+        self.demand_real: list[np.ndarray] = []
+        self.demand_dict: list[dict[str, float] | None] = []
+        self.group_user: list[int] = []
+        self.group_job: list[int] = []
+        self.registered: list[bool] = []
+        self.gone: list[bool] = []
+        self.unfinished: list[int] = []  # submitted, not completed: the engine's target
+        self.running: list[int] = []
+        self.queues: list[_Durations | None] = []
+        self.group_left: list[int] = []  # arrivals still to come
         self.user_groups: list[list[int]] = [[] for _ in w.users]
-        for i, g in enumerate(w.groups):
-            self.user_groups[g.user].append(i)
+        # Per job.
+        self.job_left: list[int] = []  # arrivals still to come
+        self.job_unfinished: list[int] = []
+        self.job_finished: list[float] = []
+        self.job_submit: list[float] = []
+        self.job_tasks: list[int] = []
+        self.job_warm: list[bool] = []
+        self._add_groups(w.groups, demand)
+        self._add_jobs(w.jobs)
+        self._arrivals: dict[int, Arrival] = {}
+        self._arrival_ids = itertools.count()
+        self._stream = w.stream() if w.stream is not None else None
+        self._next_chunk: TraceChunk | None = None
+        self._stream_tasks = 0  # tasks of the chunks loaded so far
+        # Groups whose engine target fell (tasks finished) since the last allocation run: a
+        # lower target matters only to a run, so it is told once per run, not per task.
+        self._lowered: dict[int, None] = {}
         self.user_submitted = np.zeros(len(w.users), dtype=np.int64)
         self.user_completed = np.zeros(len(w.users), dtype=np.int64)
         self.left = [False] * len(w.users)
@@ -161,6 +179,68 @@ class TraceSimulator:
         self._seq = itertools.count()
         self.reclaim = TraceReclaim(self) if self.config.reclaims else None
 
+    def _add_groups(self, groups: list[TaskGroup], demand: np.ndarray) -> None:
+        """Task groups (in index order) and their demand rows (with the slot column)."""
+        resources = self.resources
+        for i, g in enumerate(groups):
+            k = len(self.names)
+            self.names.append(g.name)
+            self.index[g.name] = k
+            row = demand[i]
+            self.demand.append(row)
+            self.demand_real.append(row[: self.real].copy())
+            self.demand_dict.append(dict(zip(resources, map(float, row), strict=True)))
+            self.group_user.append(g.user)
+            self.group_job.append(g.job)
+            self.user_groups[g.user].append(k)
+        n = len(groups)
+        for column in (self.registered, self.gone):
+            column.extend([False] * n)
+        for column in (self.unfinished, self.running, self.group_left):
+            column.extend([0] * n)
+        self.queues.extend(_Durations() for _ in range(n))
+
+    def _add_jobs(self, jobs: list[TraceJob]) -> None:
+        n = len(jobs)
+        self.job_left.extend([0] * n)
+        self.job_unfinished.extend([0] * n)
+        self.job_finished.extend([math.nan] * n)
+        self.job_submit.extend(job.submit_s for job in jobs)
+        self.job_tasks.extend(job.tasks for job in jobs)
+        self.job_warm.extend(job.warm for job in jobs)
+
+    def _push_arrivals(self, arrivals: list[Arrival]) -> None:
+        for arrival in arrivals:
+            k = next(self._arrival_ids)
+            self._arrivals[k] = arrival
+            self.group_left[arrival.group] += 1
+            self.job_left[self.group_job[arrival.group]] += 1
+            self._at(arrival.time, _ARRIVAL, k)
+
+    def _load_chunk(self) -> None:
+        """Take in the chunk that is due and ask for the one after it."""
+        chunk = self._next_chunk
+        assert chunk is not None and self._stream is not None
+        demand = np.array([g.demand for g in chunk.groups]).reshape(len(chunk.groups), self.real)
+        if self.slots:
+            demand = np.column_stack([demand, np.ones(len(demand))])
+        self._add_groups(chunk.groups, demand)
+        self._add_jobs(chunk.jobs)
+        if self.reclaim is not None:
+            self.reclaim.of_group.extend(set() for _ in chunk.groups)
+        self._push_arrivals(chunk.arrivals)
+        self._stream_tasks += sum(a.tasks for a in chunk.arrivals)
+        self._next_chunk = next(self._stream, None)
+        if self._next_chunk is not None:
+            self._at(self._next_chunk.time, _CHUNK)
+
+    def _retire(self, g: int) -> None:
+        """A streamed group that is done for good: drop what it holds (a long trace has
+        millions of groups)."""
+        self.index.pop(self.names[g], None)
+        self.queues[g] = None
+        self.demand_dict[g] = None
+
     def _at(self, time: float, kind: int, a: int = 0, b: int = 0) -> None:
         heapq.heappush(self._events, (time, next(self._seq), kind, a, b))
 
@@ -172,11 +252,12 @@ class TraceSimulator:
         self.series.add_capacity(self.capacity[i, : len(w.resources)])
 
     def _arrive(self, k: int) -> None:
-        arrival = self.workload.arrivals[k]
+        arrival = self._arrivals.pop(k)
         g = arrival.group
         u = self.group_user[g]
         j = self.group_job[g]
         self.job_left[j] -= 1
+        self.group_left[g] -= 1
         if self.left[u]:
             self.tasks_dropped += arrival.tasks
             return
@@ -193,6 +274,8 @@ class TraceSimulator:
         self.series.changed()
         self.pending += arrival.tasks
         if self.registered[g]:
+            if self._lowered.pop(g, 1) is None:  # the fall first, so a rise stays a rise
+                self.engine.set_target(self.names[g], self.unfinished[g] - arrival.tasks)
             self.engine.set_target(self.names[g], self.unfinished[g])
         else:
             self.engine.register(
@@ -229,9 +312,12 @@ class TraceSimulator:
             self.agent_used[agent] -= self.demand[g]
         if self.unfinished[g] == 0:
             engine.unregister(name)
+            self._lowered.pop(g, None)
             self.registered[g] = False
+            if self._stream is not None and self.group_left[g] == 0:
+                self._retire(g)
         else:
-            engine.set_target(name, self.unfinished[g])
+            self._lowered[g] = None
         series.running[u] -= 1
         if series.running[u] == 0:
             series.held[u] = 0.0  # no float drift once a user holds nothing
@@ -246,6 +332,7 @@ class TraceSimulator:
             if not self.registered[g]:
                 continue
             freed = self.engine.unregister(self.names[g])
+            self._lowered.pop(g, None)
             if self.agent_used is not None:
                 for agent, tasks in freed:
                     self.agent_used[self.agent_index[agent]] -= tasks * self.demand[g]
@@ -262,6 +349,8 @@ class TraceSimulator:
                 self.slot_busy -= self.running[g]
             self.unfinished[g] = 0
             self.running[g] = 0
+            if self._stream is not None:
+                self._retire(g)
         series.running[u] = 0
         series.held[u] = 0.0
         series.changed()
@@ -276,6 +365,10 @@ class TraceSimulator:
         return after
 
     def _allocate(self) -> None:
+        if self._lowered:
+            for g in self._lowered:
+                self.engine.set_target(self.names[g], self.unfinished[g])
+            self._lowered.clear()
         grants = self.engine.allocate(self.now)
         if not grants:
             return
@@ -317,14 +410,19 @@ class TraceSimulator:
             )
 
     # ---- main loop -----------------------------------------------------------------------
-    def run(self, progress: Callable[[float, int], None] | None = None) -> TraceResult:
+    def run(self, progress: Callable[[float, int], bool | None] | None = None) -> TraceResult:
+        """Simulate to the horizon (or until every task finished); `progress(now, tasks_done)`
+        at every allocation tick, and a progress that returns True ends the run there."""
         started = wallclock.perf_counter()
         w = self.workload
         horizon = w.horizon_s if w.horizon_s is not None else math.inf
         for i, at in enumerate(w.register_s):
             self._at(float(at), _AGENT, i)
-        for k, arrival in enumerate(w.arrivals):
-            self._at(arrival.time, _ARRIVAL, k)
+        self._push_arrivals(w.arrivals)
+        if self._stream is not None:
+            self._next_chunk = next(self._stream, None)
+            if self._next_chunk is not None:
+                self._load_chunk()  # the first chunk is due at once
         for u, user in enumerate(w.users):
             if math.isfinite(user.leave_s):
                 self._at(user.leave_s, _LEAVE, u)
@@ -356,6 +454,8 @@ class TraceSimulator:
                     self.reclaim.done(a)  # type: ignore[union-attr]
                 elif kind == KILL:
                     self.reclaim.kill(a)  # type: ignore[union-attr]
+                elif kind == _CHUNK:
+                    self._load_chunk()
                 else:
                     self._leave(a)
             if ticked or engine.run_now:
@@ -371,8 +471,9 @@ class TraceSimulator:
                         f"simulation passed {MAX_SIMULATED_S:.0f} s with tasks still waiting"
                     )
                 self._at(self._next_tick(now), _TICK)
-                if progress is not None:
-                    progress(now, self.tasks_completed)
+                if progress is not None and progress(now, self.tasks_completed):
+                    horizon = now  # asked to stop: the run ends at this tick
+                    break
         if math.isfinite(horizon):
             series.advance(horizon)
             if self.slots:
@@ -383,10 +484,14 @@ class TraceSimulator:
     def _result(self, end: float, wall: float) -> TraceResult:
         w = self.workload
         finished = np.array(self.job_finished)
-        submit = np.array([job.submit_s for job in w.jobs])
-        tasks = np.array([job.tasks for job in w.jobs])
-        counted = ~np.isnan(finished) & ~np.array([job.warm for job in w.jobs], dtype=bool)
-        all_done = self.tasks_completed == w.total_tasks()
+        submit = np.array(self.job_submit)
+        tasks = np.array(self.job_tasks)
+        counted = ~np.isnan(finished) & ~np.array(self.job_warm, dtype=bool)
+        if self._stream is not None:
+            total = self._stream_tasks if self._next_chunk is None else -1
+        else:
+            total = w.total_tasks()
+        all_done = self.tasks_completed == total
         slot_total = float(self.capacity[:, -1].sum()) if self.slots else 0.0
         occupancy = None
         if self.slots and slot_total > 0 and end > 0:
@@ -406,7 +511,7 @@ class TraceSimulator:
             makespan_s=self.last_completion if all_done else None,
             jct=(finished - submit)[counted],
             jct_tasks=tasks[counted],
-            jobs_submitted=len(w.jobs),
+            jobs_submitted=len(self.job_submit),
             tasks_submitted=int(self.user_submitted.sum()),
             tasks_completed=self.tasks_completed,
             tasks_dropped=self.tasks_dropped,
