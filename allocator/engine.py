@@ -176,6 +176,7 @@ class Engine:
         # `cluster()` is rebuilt only when what it shows changed (this counter moved).
         self._version = 0
         self._cluster: tuple[int, Cluster] | None = None
+        self._sums: tuple[int, np.ndarray, np.ndarray] | None = None
         minimum = MIN_ALLOCATABLE if min_allocatable is None else min_allocatable
         self._min_allocatable = np.array([minimum.get(r, np.inf) for r in self.resources])
 
@@ -783,6 +784,7 @@ class Engine:
         active = self._active[:n_f]
         roles = self._roles or ["*"]
         capacity = self._capacity[:n_a]
+        total, tol = self._totals()
         cluster = Columns(
             resources=self.resources,
             agent_names=tuple(agent_names[i] for i in columns.tolist()),
@@ -795,14 +797,23 @@ class Engine:
             role_of=self._role[:n_f].copy(),
             role_names=tuple(roles),
             role_weight=np.array([self.role_weights.get(r, 1.0) for r in roles]),
-            whole_total=capacity.copy().sum(axis=0),
+            whole_total=total,
         )
         state = AllocationState(cluster, self.mode, known_demand=self._known[:n_f])
-        state.tol = 1e-9 * np.maximum(capacity.max(axis=0, initial=0.0), 1.0)
+        state.tol = tol.copy()
         # The run's own grants only: nothing in a run reads x_{n,i}, and the engine records
         # the grants in its maps (`_record`).
         state.load(_Placements(), self._count[:n_f], self._used[columns])  # type: ignore[arg-type]
         return state
+
+    def _totals(self) -> tuple[np.ndarray, np.ndarray]:
+        """C_r and the fit tolerance of the whole cluster, as a dense snapshot computes them
+        (recomputed only when the cluster changed)."""
+        if self._sums is None or self._sums[0] != self._version:
+            capacity = self._capacity[: self._agent_slots.size].copy()
+            tol = 1e-9 * np.maximum(capacity.max(axis=0, initial=0.0), 1.0)
+            self._sums = (self._version, capacity.sum(axis=0), tol)
+        return self._sums[1], self._sums[2]
 
     def _record(
         self, grants: list[Grant], state: AllocationState, columns: np.ndarray, now: float
