@@ -26,14 +26,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from allocator.engine_columns import Columns, ColumnsPass, restrictable
+from allocator.engine_columns import Columns, ColumnsFirst, ColumnsPass, restrictable
 from allocator.engine_config import EngineConfig, Trigger
 from allocator.errors import FairbrokerError
 from allocator.filling import progressive_fill
 from allocator.mesos_defaults import MIN_ALLOCATABLE
 from allocator.model import Cluster, matches_constraints
-from allocator.policy import Selection, scheduler
-from allocator.policy.selection import FillInputs, Selector, make_selector
+from allocator.policy import Selection, Ties, scheduler
+from allocator.policy.levels import Level
+from allocator.policy.selection import FillInputs, Selector
 from allocator.state import AllocationState, Grant, Mode
 
 
@@ -720,20 +721,17 @@ class Engine:
         criterion = self.scheduler.criterion(self.policy_params)
         oblivious = self.mode is Mode.OBLIVIOUS
         local = self.pooled_attribute is None and restrictable(
-            criterion, Selection(self.selection), self.level
+            criterion, Selection(self.selection), Level(self.level), Ties(self.ties)
         )
         if local:
             columns = self._candidates()
             state = self._columns_state(now, columns)
             selector: Selector | None
+            inputs = FillInputs(state, criterion, self.rng, self.ties, self.level, True)
             if Selection(self.selection) is Selection.RRR:
-                inputs = FillInputs(state, criterion, self.rng, self.ties, self.level, True)
                 selector = ColumnsPass(inputs, self._agent_slots.size, columns)
             else:
-                selector = make_selector(
-                    self.selection, state, criterion, self.rng, self.ties, self.level, True,
-                    self.policy_params,
-                )  # fmt: skip
+                selector = ColumnsFirst(inputs, Selection(self.selection) is Selection.BESTFIT)
         else:
             columns = np.arange(self._agent_slots.size)
             state = self.snapshot(now)

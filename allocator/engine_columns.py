@@ -15,8 +15,8 @@ A run is then progressive filling on a `Columns` cluster: all frameworks, the ca
 agents in slot order, and the whole cluster's totals and tolerance, which DRF's shares, best
 fit's H and every fit test read. Criteria that read agents beyond the one served (TSF's
 tasks alone, a per-agent criterion's best share at role level when choosing a framework
-first) and the selections that draw over all agents (random, joint, FUGA) are not run
-this way (`restrictable`).
+first, best and first fit with waste ties) and the selections that draw over all agents
+(random, joint, FUGA) are not run this way (`restrictable`).
 """
 
 from __future__ import annotations
@@ -28,13 +28,14 @@ import numpy as np
 from allocator.model import Cluster
 from allocator.policy.base import Criterion
 from allocator.policy.levels import Level
-from allocator.policy.selection import AgentPass, FillInputs, Selection
+from allocator.policy.selection import AgentPass, FillInputs, FrameworkFirst, Selection
+from allocator.policy.ties import RELATIVE_TIE, Ties
 
 #: Criteria that read only the holders' allocations and the agent being served.
 LOCAL_CRITERIA = frozenset({"drf", "psdsf", "rpsdsf", "alpha-psdsf"})
 
 
-def restrictable(criterion: Criterion, selection: Selection, level: Level) -> bool:
+def restrictable(criterion: Criterion, selection: Selection, level: Level, ties: Ties) -> bool:
     """Whether a run over the candidate agents makes the grants a run over all would."""
     if criterion.name not in LOCAL_CRITERIA:
         return False
@@ -42,8 +43,9 @@ def restrictable(criterion: Criterion, selection: Selection, level: Level) -> bo
         return True
     if selection in (Selection.BESTFIT, Selection.FIRSTFIT):
         # At role level a per-agent criterion orders roles by their best share over all
-        # agents when the framework is chosen first.
-        return level is Level.FRAMEWORK or not criterion.per_agent
+        # agents when the framework is chosen first; waste ties rank a framework that fits
+        # nowhere by the first agent of the cluster.
+        return (level is Level.FRAMEWORK or not criterion.per_agent) and ties is Ties.RANDOM
     return False
 
 
@@ -72,3 +74,69 @@ class ColumnsPass(AgentPass):
         mapped = position[permutation]
         self.order = mapped[mapped >= 0]
         self.position = 0
+
+
+#: Largest (frameworks x agents) fit test made up front to retire hopeless frameworks.
+HOPELESS_PAIRS = 4_000_000
+#: Tied groups larger than this are picked from by `FrameworkFirst`'s own pass.
+SMALL_TIE = 64
+
+
+class ColumnsFirst(FrameworkFirst):
+    """Framework-first selection (best fit, first fit) over the candidate agents, for an
+    agent-independent criterion, random ties and one level: picks as
+    `FrameworkFirst._next_simple` does, with the same draws, without its O(F) pass per
+    pick. Within one call the values do not change, so the frameworks are sorted by value
+    once; the lowest group (within `RELATIVE_TIE`) in index order is what `nonzero` would
+    give. A framework that fits on no candidate agent at the start of the run fits nowhere
+    for the rest of it (grants only take room), so it is retired without a best-fit scan,
+    which would find nothing and draw nothing."""
+
+    def __init__(self, inputs: FillInputs, best: bool) -> None:
+        super().__init__(inputs, best)
+        state = self.state
+        self.hopeful: np.ndarray | None = None
+        n_f, n_a = state.cluster.n_frameworks, state.cluster.n_agents
+        if n_f * n_a <= HOPELESS_PAIRS:
+            ok = np.ascontiguousarray(state.cluster.eligible).copy()
+            for r in range(state.residual.shape[1]):  # as AllocationState.fits_framework
+                d = state.fit_demand[:, r, None]
+                ok &= (d <= 0) | (state.residual[None, :, r] >= d - state.tol[r])
+            self.hopeful = ok.any(axis=1)
+
+    def agent_for(self, framework: int) -> int:
+        if self.hopeful is not None and not self.hopeful[framework]:
+            return -1
+        return super().agent_for(framework)
+
+    def _next_simple(self) -> tuple[int, int] | None:
+        if self.role_level:
+            return super()._next_simple()
+        state = self.state
+        candidates = self.active & state.wanting()
+        values = self.criterion.values(state)
+        index = np.flatnonzero(candidates)
+        chosen = values[index]
+        if index.size == 0 or not np.isfinite(chosen).all():
+            return super()._next_simple()
+        order = index[np.argsort(chosen, kind="stable")].tolist()
+        head = 0
+        while head < len(order):
+            low = float(values[order[head]])
+            limit = low + RELATIVE_TIE * max(1.0, abs(low))
+            end = head
+            while end < len(order) and values[order[end]] <= limit:
+                end += 1
+            if end - head > SMALL_TIE:
+                return super()._next_simple()  # the same pick, by the generic pass
+            if end - head == 1:
+                framework = order[head]
+            else:
+                tied = sorted(order[head:end])
+                framework = tied[int(self.rng.integers(len(tied)))]
+            where = self.agent_for(framework)
+            if where >= 0:
+                return framework, where
+            self.active[framework] = False
+            order.remove(framework)
+        return None
