@@ -88,21 +88,40 @@ class ColumnsFirst(FrameworkFirst):
     `FrameworkFirst._next_simple` does, with the same draws, without its O(F) pass per
     pick. Within one call the values do not change, so the frameworks are sorted by value
     once; the lowest group (within `RELATIVE_TIE`) in index order is what `nonzero` would
-    give. A framework that fits on no candidate agent at the start of the run fits nowhere
-    for the rest of it (grants only take room), so it is retired without a best-fit scan,
-    which would find nothing and draw nothing."""
+    give. Where each framework fits is kept grant by grant (a grant changes one agent), so
+    a framework that fits nowhere is retired without a best-fit scan, which would find
+    nothing and draw nothing."""
 
     def __init__(self, inputs: FillInputs, best: bool) -> None:
         super().__init__(inputs, best)
         state = self.state
+        #: (F, agents) where one more task fits now, kept up to date grant by grant (the
+        #: agents a grant changed, from the state's write stamps), when small enough.
+        self.fits: np.ndarray | None = None
         self.hopeful: np.ndarray | None = None
+        self.seen = state.changes
         n_f, n_a = state.cluster.n_frameworks, state.cluster.n_agents
         if n_f * n_a <= HOPELESS_PAIRS:
-            ok = np.ascontiguousarray(state.cluster.eligible).copy()
-            for r in range(state.residual.shape[1]):  # as AllocationState.fits_framework
-                d = state.fit_demand[:, r, None]
-                ok &= (d <= 0) | (state.residual[None, :, r] >= d - state.tol[r])
-            self.hopeful = ok.any(axis=1)
+            self.fits = self._fits_at(np.arange(n_a))
+            self.hopeful = self.fits.any(axis=1)
+
+    def _fits_at(self, agents: np.ndarray) -> np.ndarray:
+        """(F, len(agents)) as `AllocationState.fits_framework` tests each pair."""
+        state = self.state
+        ok = np.array(state.cluster.eligible[:, agents], dtype=bool)
+        for r in range(state.residual.shape[1]):
+            d = state.fit_demand[:, r, None]
+            ok &= (d <= 0) | (state.residual[None, agents, r] >= d - state.tol[r])
+        return ok
+
+    def next(self) -> tuple[int, int] | None:
+        state = self.state
+        if self.fits is not None and state.changes != self.seen:
+            changed = np.flatnonzero(state.changed_at > self.seen)
+            self.fits[:, changed] = self._fits_at(changed)
+            self.hopeful = self.fits.any(axis=1)
+            self.seen = state.changes
+        return super().next()
 
     def agent_for(self, framework: int) -> int:
         if self.hopeful is not None and not self.hopeful[framework]:
@@ -119,24 +138,28 @@ class ColumnsFirst(FrameworkFirst):
         chosen = values[index]
         if index.size == 0 or not np.isfinite(chosen).all():
             return super()._next_simple()
-        order = index[np.argsort(chosen, kind="stable")].tolist()
+        ranked = np.argsort(chosen, kind="stable")
+        order, sorted_values = index[ranked].tolist(), chosen[ranked].tolist()
         head = 0
         while head < len(order):
-            low = float(values[order[head]])
+            low = sorted_values[head]
             limit = low + RELATIVE_TIE * max(1.0, abs(low))
-            end = head
-            while end < len(order) and values[order[end]] <= limit:
+            end = head + 1
+            while end < len(order) and sorted_values[end] <= limit:
                 end += 1
             if end - head > SMALL_TIE:
                 return super()._next_simple()  # the same pick, by the generic pass
-            if end - head == 1:
-                framework = order[head]
-            else:
+            at = head
+            if end - head > 1:
                 tied = sorted(order[head:end])
-                framework = tied[int(self.rng.integers(len(tied)))]
+                at = order.index(tied[int(self.rng.integers(len(tied)))], head, end)
+            framework = order[at]
             where = self.agent_for(framework)
             if where >= 0:
                 return framework, where
             self.active[framework] = False
-            order.remove(framework)
+            if at == head:
+                head += 1
+            else:
+                del order[at], sorted_values[at]
         return None
