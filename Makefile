@@ -109,6 +109,7 @@ lint: install
 bench: install
 	$(PY) -m benchmarks.bench_fill
 	$(PY) -m benchmarks.bench_fill_scale
+	$(PY) -m benchmarks.bench_engine
 	$(PY) -m benchmarks.ties_report
 	$(PY) -m benchmarks.properties
 	$(PY) -m benchmarks.alpha_tradeoff

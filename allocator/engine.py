@@ -2,9 +2,17 @@
 
 The engine is pure: no clock, no I/O. A driver (the simulator, the live broker) tells it what
 happened (`add_agent`, `register`, `set_target`, `release`, ...) and when to run an allocation
-(`allocate(now)`); it answers with grants. Each run takes a snapshot of the registered agents
-and frameworks as a `Cluster`, replays the running tasks into an `AllocationState`, and runs
-the very same `progressive_fill` as the static fill.
+(`allocate(now)`); it answers with grants, made by the very same `progressive_fill` as the
+static fill.
+
+The state lives across runs (issue 28): per-agent and per-framework slot arrays, the running
+tasks as sparse maps (most framework-agent pairs hold nothing), placement constraints as rows
+only for the frameworks that have them. A run costs what changed: after a run that filled
+until nothing fitted, only the agents an event touched since (room freed or added, a filter
+ended) and those where a framework that started wanting again fits can take anyone, so the
+run fills over those agents alone (`allocator.engine_columns`), with the same grants and the
+same random draws as a run over all. Where that does not hold (TSF, random, joint and FUGA
+selections, Mesos role pools) a run takes a dense snapshot of every agent and framework.
 
 Timing follows Mesos 1.x: a run happens every allocation interval, and at once when an agent
 or framework is added or a framework revives (`run_now` tells the driver). Resources freed by
@@ -18,13 +26,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from allocator.engine_columns import Columns, ColumnsFirst, ColumnsPass, restrictable
 from allocator.engine_config import EngineConfig, Trigger
 from allocator.errors import FairbrokerError
 from allocator.filling import progressive_fill
 from allocator.mesos_defaults import MIN_ALLOCATABLE
 from allocator.model import Cluster, matches_constraints
-from allocator.policy import scheduler
-from allocator.state import AllocationState, Mode
+from allocator.policy import Selection, Ties, scheduler
+from allocator.policy.levels import Level
+from allocator.policy.selection import FillInputs, Selector
+from allocator.state import AllocationState, Grant, Mode
 
 
 class EngineError(FairbrokerError):
@@ -77,21 +88,28 @@ class _Slots:
         return slot
 
 
-def _grow(array: np.ndarray, rows: int, cols: int | None = None, fill: object = 0) -> np.ndarray:
-    """`array` padded with `fill` to at least `rows` rows (and `cols` columns if 2-D),
-    doubling so that repeated growth stays cheap."""
-    need_rows = rows > array.shape[0]
-    need_cols = array.ndim == 2 and cols is not None and cols > array.shape[1]
-    if not (need_rows or need_cols):
+def _grow(array: np.ndarray, rows: int, fill: object = 0) -> np.ndarray:
+    """`array` padded with `fill` to at least `rows` rows, doubling so that repeated growth
+    stays cheap."""
+    if rows <= array.shape[0]:
         return array
-    new_rows = max(rows, 2 * array.shape[0], 8) if need_rows else array.shape[0]
-    shape: tuple[int, ...] = (new_rows,)
-    if array.ndim == 2:
-        new_cols = max(cols or 0, 2 * array.shape[1], 8) if need_cols else array.shape[1]
-        shape = (new_rows, new_cols)
-    out = np.full(shape, fill, dtype=array.dtype)
-    out[tuple(slice(0, n) for n in array.shape)] = array
+    out = np.full((max(rows, 2 * array.shape[0], 8), *array.shape[1:]), fill, dtype=array.dtype)
+    out[: array.shape[0]] = array
     return out
+
+
+class _Placements:
+    """The tasks granted in one run, as a map of (framework, agent) pairs: what a run's
+    `AllocationState` writes its grants into instead of a dense (F, A) matrix."""
+
+    def __init__(self) -> None:
+        self.cells: dict[tuple[int, int], int] = {}
+
+    def __getitem__(self, key: tuple[int, int]) -> int:
+        return self.cells.get(key, 0)
+
+    def __setitem__(self, key: tuple[int, int], value: int) -> None:
+        self.cells[key] = value
 
 
 def _from_config(name: str) -> property:
@@ -99,7 +117,7 @@ def _from_config(name: str) -> property:
 
 
 class Engine:
-    """Online allocation state in slot arrays, so an allocation run costs array copies."""
+    """Online allocation state across runs; a run costs what changed since the last."""
 
     def __init__(
         self,
@@ -108,6 +126,10 @@ class Engine:
         min_allocatable: dict[str, float] | None = None,
     ) -> None:
         self.resources = tuple(resources)
+        # What changed since the last run that left nothing fitting (see `_candidates`).
+        self._touched: set[int] = set()  # agent slots whose room grew or whose filters ended
+        self._rescan: set[int] = set()  # framework slots that may want tasks again
+        self._everywhere = True  # every agent (configuration changed, a run stopped early)
         self.apply(config)
         self.rng = np.random.default_rng(config.seed)
         self.agents: dict[str, AgentRecord] = {}
@@ -123,14 +145,21 @@ class Engine:
         self._agent_slots = _Slots()
         self._framework_slots = _Slots()
         self._capacity = np.zeros((0, n_r))
+        self._live = np.zeros(0, dtype=bool)  # agent slots in use
         self._demand = np.zeros((0, n_r))
         self._known = np.zeros((0, n_r))  # what the policy may know (NaN: not yet)
         self._weight = np.zeros(0)
         self._target = np.zeros(0)
         self._role = np.zeros(0, dtype=np.int64)
         self._active = np.zeros(0, dtype=bool)
-        self._eligible = np.zeros((0, 0), dtype=bool)  # constraints only, (F slots, A slots)
-        self._tasks = np.zeros((0, 0), dtype=np.int64)  # running tasks x_{n,i}
+        # Placement constraints: (A slots,) rows of the frameworks that have any; the others
+        # may run on every registered agent.
+        self._rows: dict[int, np.ndarray] = {}
+        self._constraints: dict[int, dict[str, object]] = {}
+        # Running tasks x_{n,i}, both ways round: framework slot -> agent slot -> tasks, and
+        # agent slot -> framework slot -> tasks (only pairs that hold tasks).
+        self._placed: dict[int, dict[int, int]] = {}
+        self._hosted: dict[int, dict[int, int]] = {}
         self._count = np.zeros(0)  # x_n
         self._used = np.zeros((0, n_r))  # resources allocated on each agent
         self._names: tuple[tuple[str, ...], tuple[str, ...]] | None = None
@@ -145,6 +174,10 @@ class Engine:
         self._contested: tuple[object, np.ndarray, np.ndarray] | None = None
         self._dirty = True  # something changed since the last run that left nothing fitting
         self._next_filter_expiry = np.inf
+        # `cluster()` is rebuilt only when what it shows changed (this counter moved).
+        self._version = 0
+        self._cluster: tuple[int, Cluster] | None = None
+        self._sums: tuple[int, np.ndarray, np.ndarray] | None = None
         minimum = MIN_ALLOCATABLE if min_allocatable is None else min_allocatable
         self._min_allocatable = np.array([minimum.get(r, np.inf) for r in self.resources])
 
@@ -156,7 +189,8 @@ class Engine:
         self.scheduler = scheduler(config.scheduler)
         self.selection = config.effective_selection
         self.policy_params = config.policy_params()
-        self._dirty = True
+        self._dirty = self._everywhere = True
+        self._version = getattr(self, "_version", 0) + 1
 
     # What the engine decides with, read from its configuration (never a second copy).
     mode = _from_config("mode")
@@ -185,19 +219,19 @@ class Engine:
         n_f, n_a = self._framework_slots.size, self._agent_slots.size
         self._capacity = _grow(self._capacity, n_a)
         self._used = _grow(self._used, n_a)
+        self._live = _grow(self._live, n_a, fill=False)
         self._names = None
         for name in ("_demand", "_weight", "_target", "_role", "_active", "_count"):
             setattr(self, name, _grow(getattr(self, name), n_f))
         self._known = _grow(self._known, n_f, fill=np.nan)
-        self._eligible = _grow(self._eligible, n_f, n_a, fill=False)
-        self._tasks = _grow(self._tasks, n_f, n_a)
+        for n, row in self._rows.items():
+            self._rows[n] = _grow(row, len(self._live), fill=False)
+        self._version += 1
 
     def _constraint_row(self, constraints: dict[str, object]) -> np.ndarray:
         if not constraints:
-            row = np.zeros(self._eligible.shape[1], dtype=bool)
-            row[list(self._agent_slots.index.values())] = True
-            return row
-        row = np.zeros(self._eligible.shape[1], dtype=bool)
+            return self._live.copy()
+        row = np.zeros(len(self._live), dtype=bool)
         for name, slot in self._agent_slots.index.items():
             row[slot] = matches_constraints(self.agents[name].attributes, constraints)
         return row
@@ -221,10 +255,10 @@ class Engine:
         self._resize()
         self._capacity[slot] = vector
         self._used[slot] = 0.0
-        self._tasks[:, slot] = 0
-        for fw_name, fw_slot in self._framework_slots.index.items():
-            constraints = self.frameworks[fw_name].constraints
-            self._eligible[fw_slot, slot] = matches_constraints(record.attributes, constraints)
+        self._live[slot] = True
+        for fw_slot, row in self._rows.items():
+            row[slot] = matches_constraints(record.attributes, self._constraints[fw_slot])
+        self._touched.add(slot)
         self.run_now = self._dirty = True
 
     def set_capacity(self, name: str, capacity: dict[str, float]) -> None:
@@ -237,23 +271,30 @@ class Engine:
             self.run_now = True
         self._capacity[slot] = vector
         self.agents[name].capacity = vector
+        self._touched.add(slot)
+        self._version += 1
         self._dirty = True
 
     def remove_agent(self, name: str) -> list[tuple[str, int]]:
         """Forget an agent; returns the (framework, tasks) that were running there (lost)."""
         self._agent(name)
         slot = self._agent_slots.remove(name)
-        lost = [
-            (f, int(self._tasks[n, slot]))
-            for f, n in self._framework_slots.index.items()
-            if self._tasks[n, slot] > 0
-        ]
-        self._count -= self._tasks[:, slot]
-        self._tasks[:, slot] = 0
+        hosted = self._hosted.pop(slot, {})
+        lost = [(f, hosted[n]) for f, n in self._framework_slots.index.items() if n in hosted]
+        for n, tasks in hosted.items():
+            self._count[n] -= tasks
+            placed = self._placed[n]
+            del placed[slot]
+            if not placed:
+                del self._placed[n]
+            self._rescan.add(n)  # below its target again: it may fit elsewhere
         self._used[slot] = 0.0
         self._capacity[slot] = 0.0
-        self._eligible[:, slot] = False
+        self._live[slot] = False
+        for row in self._rows.values():
+            row[slot] = False
         self._names = None
+        self._version += 1
         self._drop_filters(lambda key: key[1] == name)
         del self.agents[name]
         self._dirty = True
@@ -305,29 +346,35 @@ class Engine:
         self._target[slot] = record.target
         self._role[slot] = self._roles.index(role)
         self._active[slot] = True
-        self._eligible[slot] = row
-        self._tasks[slot] = 0
+        if constraints:
+            self._rows[slot] = row
+            self._constraints[slot] = constraints
         self._count[slot] = 0.0
         self._names = None
+        self._rescan.add(slot)
         self.run_now = self._dirty = True
 
     def unregister(self, name: str) -> list[tuple[str, int]]:
         """Remove a framework; returns its (agent, tasks) still running (now freed)."""
         self._framework(name)
         slot = self._framework_slots.remove(name)
-        freed = [
-            (a, int(self._tasks[slot, i]))
-            for a, i in self._agent_slots.index.items()
-            if self._tasks[slot, i] > 0
-        ]
-        row = self._tasks[slot, : self._used.shape[0]]
-        self._used -= row[:, None] * self._demand[slot]
-        self._tasks[slot] = 0
+        placed = self._placed.pop(slot, {})
+        freed = [(a, placed[i]) for a, i in self._agent_slots.index.items() if i in placed]
+        for i, tasks in placed.items():
+            self._used[i] -= tasks * self._demand[slot]
+            hosted = self._hosted[i]
+            del hosted[slot]
+            if not hosted:
+                del self._hosted[i]
+            self._touched.add(i)
         self._count[slot] = 0.0
         self._active[slot] = False
         self._names = None
+        self._version += 1
         self._target[slot] = 0.0
-        self._eligible[slot] = False
+        self._rows.pop(slot, None)
+        self._constraints.pop(slot, None)
+        self._rescan.discard(slot)
         self._drop_filters(lambda key: key[0] == name)
         del self.frameworks[name]
         self._forget_role_if_unused(int(self._role[slot]))
@@ -352,11 +399,15 @@ class Engine:
         record = self._framework(name)
         if not (target >= 0 and np.isfinite(target)):
             raise EngineError(f"framework {name!r}: target must be a non-negative number")
+        slot = self._framework_slots.index[name]
         if target > record.target:
             self.run_now = self._dirty = True
             self._drop_filters(lambda key: key[0] == name)
+            self._rescan.add(slot)
+        if target != record.target:
+            self._version += 1
         record.target = float(target)
-        self._target[self._framework_slots.index[name]] = record.target
+        self._target[slot] = record.target
 
     def release(self, framework: str, agent: str, tasks: int = 1) -> None:
         """Tasks finished or failed: their resources return to the pool."""
@@ -364,17 +415,37 @@ class Engine:
         self._agent(agent)
         n = self._framework_slots.index[framework]
         i = self._agent_slots.index[agent]
-        held = int(self._tasks[n, i])
+        placed = self._placed.get(n, {})
+        held = placed.get(i, 0)
         if tasks > held:
             raise EngineError(
                 f"framework {framework!r} holds {held} tasks on {agent!r}, not {tasks}"
             )
-        self._tasks[n, i] = held - tasks
+        self._set_tasks(n, i, held - tasks)
+        if self._count[n] >= self._target[n]:
+            self._rescan.add(n)  # wanted nothing; now it may want a task anywhere
         self._count[n] -= tasks
         self._used[i] -= tasks * self._demand[n]
+        self._touched.add(i)
         self._dirty = True
         if self.trigger is Trigger.RELEASE:
             self.run_now = True
+
+    def _set_tasks(self, n: int, i: int, tasks: int) -> None:
+        """x_{n,i} = tasks in both sparse maps."""
+        if tasks:
+            self._placed.setdefault(n, {})[i] = tasks
+            self._hosted.setdefault(i, {})[n] = tasks
+            return
+        placed, hosted = self._placed.get(n), self._hosted.get(i)
+        if placed is not None:
+            placed.pop(i, None)
+            if not placed:
+                del self._placed[n]
+        if hosted is not None:
+            hosted.pop(n, None)
+            if not hosted:
+                del self._hosted[i]
 
     def refuse(self, framework: str, agent: str, until: float) -> None:
         """Keep a framework off an agent until `until` (e.g. its executors keep failing there)."""
@@ -404,7 +475,7 @@ class Engine:
         self._agent(agent)
         n = self._framework_slots.index[framework]
         i = self._agent_slots.index[agent]
-        self._tasks[n, i] += tasks
+        self._set_tasks(n, i, self._placed.get(n, {}).get(i, 0) + tasks)
         self._count[n] += tasks
         self._used[i] += tasks * self._demand[n]
 
@@ -424,11 +495,12 @@ class Engine:
     @property
     def running(self) -> dict[tuple[str, str], int]:
         """(framework, agent) -> running tasks, for reports (built on demand)."""
-        agents = {i: a for a, i in self._agent_slots.index.items()}
+        agents = self._slot_names()[0]
         out = {}
         for f, n in self._framework_slots.index.items():
-            for i in np.flatnonzero(self._tasks[n]):
-                out[(f, agents[int(i)])] = int(self._tasks[n, i])
+            placed = self._placed.get(n, {})
+            for i in sorted(placed):
+                out[(f, agents[i])] = placed[i]
         return out
 
     def tasks_of(self, framework: str) -> int:
@@ -456,41 +528,83 @@ class Engine:
     def capacity_total(self) -> np.ndarray:
         return self._capacity.sum(axis=0)
 
-    # ---- allocation --------------------------------------------------------------------
-    def snapshot(self, now: float) -> AllocationState:
-        """The registered cluster (slot arrays) as a Cluster, with running tasks loaded."""
+    # ---- the cluster as arrays ---------------------------------------------------------
+    def _slot_names(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Agent and framework names by slot (`<free i>` for free slots); they change only
+        when membership does."""
         n_f, n_a = self._framework_slots.size, self._agent_slots.size
-        eligible = self._eligible[:n_f, :n_a].copy()
-        for (f, a), until in self.filters.items():
-            if until <= now:
-                continue
-            i = self._agent_slots.index[a]
-            declined = self.declined.get((f, a))
-            if declined is not None:
-                free = self._capacity[i] - self._used[i]
-                tol = 1e-9 * np.maximum(np.abs(free), 1.0)
-                if (free > declined + tol).any():
-                    continue  # more is free than was declined: the filter does not apply
-            eligible[self._framework_slots.index[f], i] = False
-        state = AllocationState(self.cluster(eligible), self.mode, known_demand=self._known[:n_f])
-        state.load(self._tasks[:n_f, :n_a], self._count[:n_f], self._used[:n_a])
-        return state
-
-    def cluster(self, eligible: np.ndarray | None = None) -> Cluster:
-        """The registered agents and frameworks in slot order (free slots: NaN demand, no
-        task limit). `eligible` defaults to the placement constraints alone, without the
-        refuse filters an allocation run applies."""
-        n_f, n_a = self._framework_slots.size, self._agent_slots.size
-        if self._names is None:  # slot names change only when membership does
+        if self._names is None:
             agents = {i: a for a, i in self._agent_slots.index.items()}
             frameworks = {n: f for f, n in self._framework_slots.index.items()}
             self._names = (
                 tuple(agents.get(i, f"<free {i}>") for i in range(n_a)),
                 tuple(frameworks.get(n, f"<free {n}>") for n in range(n_f)),
             )
-        agent_names, framework_names = self._names
+        return self._names
+
+    def _eligible_at(self, columns: np.ndarray | slice) -> np.ndarray:
+        """(F slots, agents) the placement constraints at the agent slots `columns`, as the
+        transpose of an (agents, F) array: `AllocationState` reads it by agent, uncopied."""
+        n_f = self._framework_slots.size
+        live = self._live[columns]
+        by_agent = live[:, None] & self._active[None, :n_f]
+        for n, row in self._rows.items():
+            by_agent[:, n] = row[columns] & live
+        return by_agent.T
+
+    def _filter_out(self, eligible: np.ndarray, now: float, column: np.ndarray) -> None:
+        """Apply the refuse filters that hold at `now` to `eligible` (F, agents), whose
+        columns are the agent slots mapped by `column` (slot -> column, -1: absent)."""
+        frameworks, agents = self._framework_slots.index, self._agent_slots.index
+        for (f, a), until in self.filters.items():
+            if until <= now:
+                continue
+            i = agents[a]
+            c = column[i]
+            if c < 0:
+                continue
+            declined = self.declined.get((f, a))
+            if declined is not None:
+                free = self._capacity[i] - self._used[i]
+                tol = 1e-9 * np.maximum(np.abs(free), 1.0)
+                if (free > declined + tol).any():
+                    continue  # more is free than was declined: the filter does not apply
+            eligible[frameworks[f], c] = False
+
+    def _dense_tasks(self) -> np.ndarray:
+        """x_{n,i} as an (F slots, A slots) matrix."""
+        tasks = np.zeros((self._framework_slots.size, self._agent_slots.size), dtype=np.int64)
+        for n, placed in self._placed.items():
+            tasks[n, list(placed)] = list(placed.values())
+        return tasks
+
+    def snapshot(self, now: float) -> AllocationState:
+        """Every registered agent and framework as a Cluster (slot order), with the running
+        tasks loaded: what a run over all agents starts from (and `explain` reads)."""
+        n_f, n_a = self._framework_slots.size, self._agent_slots.size
+        eligible = self._eligible_at(slice(0, n_a))
+        self._filter_out(eligible, now, np.arange(n_a))
+        state = AllocationState(self.cluster(eligible), self.mode, known_demand=self._known[:n_f])
+        state.load(self._dense_tasks(), self._count[:n_f], self._used[:n_a])
+        return state
+
+    def cluster(self, eligible: np.ndarray | None = None) -> Cluster:
+        """The registered agents and frameworks in slot order (free slots: NaN demand, no
+        task limit). `eligible` defaults to the placement constraints alone, without the
+        refuse filters an allocation run applies; that cluster is built again only when
+        agents, frameworks, capacities, targets or the configuration changed (share it,
+        do not change it)."""
         if eligible is None:
-            eligible = self._eligible[:n_f, :n_a].copy()
+            if self._cluster is not None and self._cluster[0] == self._version:
+                return self._cluster[1]
+            built = self._build_cluster(self._eligible_at(slice(0, self._agent_slots.size)))
+            self._cluster = (self._version, built)
+            return built
+        return self._build_cluster(eligible)
+
+    def _build_cluster(self, eligible: np.ndarray) -> Cluster:
+        n_f, n_a = self._framework_slots.size, self._agent_slots.size
+        agent_names, framework_names = self._slot_names()
         active = self._active[:n_f]
         demand = np.where(active[:, None], self._demand[:n_f], np.nan)
         roles = self._roles or ["*"]
@@ -517,6 +631,7 @@ class Engine:
         key = self.pooled_attribute
         if key is None:
             return None
+        self._slot_names()
         if self._contested is None or self._contested[0] is not self._names:
             self._contested = (self._names, *self._pools(key, n_f, n_a))
         _, matrix, own = self._contested
@@ -551,8 +666,37 @@ class Engine:
         """(F slots, R) the demand the policy may know (NaN rows: not yet), a copy."""
         return self._known[: self._framework_slots.size].copy()
 
+    # ---- allocation --------------------------------------------------------------------
+    def _candidates(self) -> np.ndarray:
+        """Agent slots where a wanting framework may fit now, in slot order: those touched
+        since the last run that left nothing fitting, and those where a framework that may
+        want tasks again fits (a superset is harmless: a run finds nothing there)."""
+        n_a = self._agent_slots.size
+        live = self._live[:n_a]
+        if self._everywhere:
+            return np.flatnonzero(live)
+        chosen = np.zeros(n_a, dtype=bool)
+        chosen[list(self._touched)] = True
+        wanting = [n for n in self._rescan if self._count[n] < self._target[n]]
+        if wanting:
+            residual = self._capacity[:n_a] - self._used[:n_a]
+            # Looser than any fit test of a run (1e-9 of the largest capacity).
+            room = residual + 1e-6 * np.maximum(np.abs(self._capacity[:n_a]).max(axis=0), 1.0)
+            for n in wanting:
+                fits = live.copy() if n not in self._rows else self._rows[n][:n_a] & live
+                for r, d in enumerate(self._demand[n]):
+                    if d > 0:
+                        fits &= room[:, r] >= d
+                chosen |= fits
+        return np.flatnonzero(chosen & live)
+
+    def _forget_changes(self) -> None:
+        self._touched = set()
+        self._rescan = set()
+        self._everywhere = False
+
     def allocate(self, now: float, max_grants: int | None = None) -> list[EngineGrant]:
-        """One allocation run: progressive filling on the current snapshot.
+        """One allocation run: progressive filling from the current state.
 
         Skipped when nothing changed since a run after which nothing fitted (the answer
         would be the same), unless a refuse filter has expired since, and when no framework
@@ -562,6 +706,9 @@ class Engine:
         """
         self.run_now = False
         if now >= self._next_filter_expiry:
+            slots = self._agent_slots.index
+            ended = [a for (_, a), until in self.filters.items() if until <= now and a in slots]
+            self._touched.update(slots[a] for a in ended)
             self._drop_filters(lambda key: self.filters[key] <= now)
             self._next_filter_expiry = min(self.filters.values(), default=np.inf)
             self._dirty = True
@@ -571,11 +718,27 @@ class Engine:
         if not (self._count[:n_f] < self._target[:n_f]).any():
             self._dirty = False
             return []
-        state = self.snapshot(now)
+        criterion = self.scheduler.criterion(self.policy_params)
         oblivious = self.mode is Mode.OBLIVIOUS
+        local = self.pooled_attribute is None and restrictable(
+            criterion, Selection(self.selection), Level(self.level), Ties(self.ties)
+        )
+        if local:
+            columns = self._candidates()
+            state = self._columns_state(now, columns)
+            selector: Selector | None
+            inputs = FillInputs(state, criterion, self.rng, self.ties, self.level, True)
+            if Selection(self.selection) is Selection.RRR:
+                selector = ColumnsPass(inputs, self._agent_slots.size, columns)
+            else:
+                selector = ColumnsFirst(inputs, Selection(self.selection) is Selection.BESTFIT)
+        else:
+            columns = np.arange(self._agent_slots.size)
+            state = self.snapshot(now)
+            selector = None
         grants = progressive_fill(
             state,
-            self.scheduler.criterion(self.policy_params),
+            criterion,
             self.selection,
             self.rng,
             self.ties,
@@ -584,28 +747,92 @@ class Engine:
             max_grants=max_grants,
             agent_pass=True,
             params=self.policy_params,
+            selector=selector,
         )
         self.runs += 1
+        out = self._record(grants, state, columns, now)
+        stopped = max_grants is not None and len(out) >= max_grants
+        if not local:
+            self._everywhere = True
+        else:
+            left = columns
+            if stopped and isinstance(selector, ColumnsPass):
+                left = columns[selector.order[selector.position :]]  # visited: nothing fits
+            self._forget_changes()
+            if stopped:
+                self._touched.update(left.tolist())
+            if oblivious:  # what a tenant declined returns at the next run
+                self._touched.update(int(columns[g.agent]) for g in grants)
+        # Characterized filling stops only when nothing fits; oblivious runs withhold offered
+        # agents, so what they declined may fit at the next run.
+        self._dirty = oblivious and bool(out)
+        if stopped:
+            self.run_now = self._dirty = True
+        return out
+
+    def _columns_state(self, now: float, columns: np.ndarray) -> AllocationState:
+        """The allocation state over the agent slots `columns` (all frameworks), with the
+        whole cluster's totals and tolerance."""
+        n_f, n_a = self._framework_slots.size, self._agent_slots.size
+        column = np.full(n_a, -1, dtype=np.int64)
+        column[columns] = np.arange(len(columns))
+        eligible = self._eligible_at(columns)
+        self._filter_out(eligible, now, column)
+        agent_names, framework_names = self._slot_names()
+        active = self._active[:n_f]
+        roles = self._roles or ["*"]
+        capacity = self._capacity[:n_a]
+        total, tol = self._totals()
+        cluster = Columns(
+            resources=self.resources,
+            agent_names=tuple(agent_names[i] for i in columns.tolist()),
+            framework_names=framework_names,
+            capacity=capacity[columns],
+            demand=np.where(active[:, None], self._demand[:n_f], np.nan),
+            weight=np.where(active, self._weight[:n_f], 1.0),
+            eligible=eligible,
+            max_tasks=np.where(active, self._target[:n_f], 0.0),
+            role_of=self._role[:n_f].copy(),
+            role_names=tuple(roles),
+            role_weight=np.array([self.role_weights.get(r, 1.0) for r in roles]),
+            whole_total=total,
+        )
+        state = AllocationState(cluster, self.mode, known_demand=self._known[:n_f])
+        state.tol = tol.copy()
+        # The run's own grants only: nothing in a run reads x_{n,i}, and the engine records
+        # the grants in its maps (`_record`).
+        state.load(_Placements(), self._count[:n_f], self._used[columns])  # type: ignore[arg-type]
+        return state
+
+    def _totals(self) -> tuple[np.ndarray, np.ndarray]:
+        """C_r and the fit tolerance of the whole cluster, as a dense snapshot computes them
+        (recomputed only when the cluster changed)."""
+        if self._sums is None or self._sums[0] != self._version:
+            capacity = self._capacity[: self._agent_slots.size].copy()
+            tol = 1e-9 * np.maximum(capacity.max(axis=0, initial=0.0), 1.0)
+            self._sums = (self._version, capacity.sum(axis=0), tol)
+        return self._sums[1], self._sums[2]
+
+    def _record(
+        self, grants: list[Grant], state: AllocationState, columns: np.ndarray, now: float
+    ) -> list[EngineGrant]:
+        """Write a run's grants (agents as positions in `columns`) into the engine."""
+        oblivious = self.mode is Mode.OBLIVIOUS
+        agent_names, framework_names = self._slot_names()
         out = []
-        names = state.cluster
         for grant in grants:
-            f = names.framework_names[grant.framework]
-            a = names.agent_names[grant.agent]
+            n, i = grant.framework, int(columns[grant.agent])
+            f, a = framework_names[n], agent_names[i]
             record = self.frameworks[f]
-            # The snapshot wrote the grant into the shared tasks matrix already.
-            self._count[grant.framework] += grant.tasks
-            self._used[grant.agent] += grant.tasks * record.demand
+            self._set_tasks(n, i, self._placed.get(n, {}).get(i, 0) + grant.tasks)
+            self._count[n] += grant.tasks
+            self._used[i] += grant.tasks * record.demand
             if oblivious:
                 # The tenant keeps whole tasks and declines the rest of the offer; from now
                 # on the allocator knows its demand from what it launched.
-                self._known[grant.framework] = record.demand
+                self._known[n] = record.demand
                 self._decline(f, a, state.withheld[grant.agent], now)
             resources = dict(zip(self.resources, map(float, record.demand), strict=True))
             out.append(EngineGrant(f, a, grant.tasks, resources))
         self.grants_total += len(out)
-        # Characterized filling stops only when nothing fits; oblivious runs withhold offered
-        # agents, so what they declined may fit at the next run.
-        self._dirty = oblivious and bool(out)
-        if max_grants is not None and len(out) >= max_grants:
-            self.run_now = self._dirty = True
         return out

@@ -162,6 +162,9 @@ class FairShareCache:
         self._key: bytes | None = None
         self._share: FairShare | None = None
         self.computed = 0  # fills run so far (the others were answered from the cache)
+        # The cluster object last asked about: `Engine.cluster()` hands back the same one
+        # until something in it changes, so asking again costs no fingerprint.
+        self._last: tuple[Cluster, EngineConfig, np.ndarray | None] | None = None
 
     def get(
         self,
@@ -178,12 +181,28 @@ class FairShareCache:
             config = config or source.config
         if config is None:
             raise ValueError("FairShareCache.get: a Cluster needs an EngineConfig")
+        last = self._last
+        if (
+            self._share is not None
+            and last is not None
+            and last[0] is cluster  # the engine's cluster, rebuilt only when it changed
+            and last[1] == config
+            and _same(last[2], known)
+        ):
+            return self._share
+        self._last = (cluster, config, None if known is None else known.copy())
         key = _fingerprint(cluster, config, known)
         if self._share is None or key != self._key:
             self._share = fair_share_of(cluster, config, known)
             self._key = key
             self.computed += 1
         return self._share
+
+
+def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
 
 
 def _fingerprint(cluster: Cluster, config: EngineConfig, known: np.ndarray | None) -> bytes:

@@ -17,7 +17,7 @@ from allocator import native_fill
 from allocator.policy import Selection, Ties
 from allocator.policy.base import Criterion
 from allocator.policy.levels import Level
-from allocator.policy.selection import make_selector
+from allocator.policy.selection import Selector, make_selector
 from allocator.state import AllocationState, Grant, Mode
 
 
@@ -48,6 +48,7 @@ def progressive_fill(
     agent_pass: bool = False,
     keep: bool = True,
     params: Mapping[str, object] | None = None,
+    selector: Selector | None = None,
 ) -> list[Grant]:
     """Grant until nothing fits (or `max_grants`); returns the grants in order (none with
     `keep=False`, for fills too large to hold every grant: count them with `on_grant`).
@@ -59,13 +60,16 @@ def progressive_fill(
     the run ends. `agent_pass` (the online engine): `rrr` is Mesos's allocation pass, the
     agents shuffled once and each filled before the next. `params`: the criteria's and
     selections' parameters by name (`EngineConfig.policy_params()`; FUGA's selection needs
-    its own).
+    its own). `selector`: the one to ask instead of the selection's own (the online
+    engine's run over some agents, `allocator.engine_columns`).
 
     Where `native_fill.applies` (large static fills), compiled kernels make the very same
     grants; `on_grant` is then called for each after the fill, in order.
     """
     native = None
-    if native_fill.applies(state, criterion, selection, ties, level, agent_pass, single_offer):
+    if selector is None and native_fill.applies(
+        state, criterion, selection, ties, level, agent_pass, single_offer
+    ):
         native = native_fill.fill(state, criterion, selection, rng, max_grants)
     if native is not None:
         frameworks, agents = native
@@ -76,7 +80,8 @@ def progressive_fill(
             for grant in made:
                 on_grant(grant)
         return made if keep else []
-    selector = make_selector(selection, state, criterion, rng, ties, level, agent_pass, params)
+    if selector is None:
+        selector = make_selector(selection, state, criterion, rng, ties, level, agent_pass, params)
     grants: list[Grant] = []
     made = 0
     while max_grants is None or made < max_grants:

@@ -1,0 +1,165 @@
+"""An allocation run over some of the engine's agents (issue 28).
+
+After a run that filled until nothing fitted, no wanting framework fits on any agent, and
+only events change that: room freed or added on an agent, a filter that ends there, a
+framework that starts wanting again. So a run needs only the agents where something may
+fit now (the engine's candidates, `Engine._candidates`); every other agent is one where
+the selectors find nothing and draw nothing:
+
+- the agent pass (rrr online) skips an agent where nothing fits before any draw, so it
+  visits the candidates in the order of the same permutation of all agents;
+- best fit and first fit choose among the agents where the framework fits, in agent order,
+  which are all candidates, and retire a framework that fits nowhere the same way.
+
+A run is then progressive filling on a `Columns` cluster: all frameworks, the candidate
+agents in slot order, and the whole cluster's totals and tolerance, which DRF's shares, best
+fit's H and every fit test read. Criteria that read agents beyond the one served (TSF's
+tasks alone, a per-agent criterion's best share at role level when choosing a framework
+first, best and first fit with waste ties) and the selections that draw over all agents
+(random, joint, FUGA) are not run this way (`restrictable`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from allocator.model import Cluster
+from allocator.policy.base import Criterion
+from allocator.policy.levels import Level
+from allocator.policy.selection import AgentPass, FillInputs, FrameworkFirst, Selection
+from allocator.policy.ties import RELATIVE_TIE, Ties
+
+#: Criteria that read only the holders' allocations and the agent being served.
+LOCAL_CRITERIA = frozenset({"drf", "psdsf", "rpsdsf", "alpha-psdsf"})
+
+
+def restrictable(criterion: Criterion, selection: Selection, level: Level, ties: Ties) -> bool:
+    """Whether a run over the candidate agents makes the grants a run over all would."""
+    if criterion.name not in LOCAL_CRITERIA:
+        return False
+    if selection is Selection.RRR:
+        return True
+    if selection in (Selection.BESTFIT, Selection.FIRSTFIT):
+        # At role level a per-agent criterion orders roles by their best share over all
+        # agents when the framework is chosen first; waste ties rank a framework that fits
+        # nowhere by the first agent of the cluster.
+        return (level is Level.FRAMEWORK or not criterion.per_agent) and ties is Ties.RANDOM
+    return False
+
+
+@dataclass(frozen=True, eq=False)
+class Columns(Cluster):
+    """Some agents of a cluster; C_r (`total`) is the whole cluster's."""
+
+    whole_total: np.ndarray | None = None
+
+    @property
+    def total(self) -> np.ndarray:  # type: ignore[override]
+        assert self.whole_total is not None
+        return self.whole_total
+
+
+class ColumnsPass(AgentPass):
+    """Mesos's allocation pass over the candidate agents: the same permutation of all
+    `n_agents` agents as `AgentPass` draws, keeping the candidates (`columns`, the slots of
+    the state's agents in order) in its order, as positions in the state."""
+
+    def __init__(self, inputs: FillInputs, n_agents: int, columns: np.ndarray) -> None:
+        super(AgentPass, self).__init__(inputs)
+        permutation = self.rng.permutation(n_agents)
+        position = np.full(n_agents, -1, dtype=np.int64)
+        position[columns] = np.arange(len(columns))
+        mapped = position[permutation]
+        self.order = mapped[mapped >= 0]
+        self.position = 0
+
+
+#: Largest (frameworks x agents) fit test made up front to retire hopeless frameworks.
+HOPELESS_PAIRS = 4_000_000
+#: Tied groups larger than this are picked from by `FrameworkFirst`'s own pass.
+SMALL_TIE = 64
+
+
+class ColumnsFirst(FrameworkFirst):
+    """Framework-first selection (best fit, first fit) over the candidate agents, for an
+    agent-independent criterion, random ties and one level: picks as
+    `FrameworkFirst._next_simple` does, with the same draws, without its O(F) pass per
+    pick. Within one call the values do not change, so the frameworks are sorted by value
+    once; the lowest group (within `RELATIVE_TIE`) in index order is what `nonzero` would
+    give. Where each framework fits is kept grant by grant (a grant changes one agent), so
+    a framework that fits nowhere is retired without a best-fit scan, which would find
+    nothing and draw nothing."""
+
+    def __init__(self, inputs: FillInputs, best: bool) -> None:
+        super().__init__(inputs, best)
+        state = self.state
+        #: (F, agents) where one more task fits now, kept up to date grant by grant (the
+        #: agents a grant changed, from the state's write stamps), when small enough.
+        self.fits: np.ndarray | None = None
+        self.hopeful: np.ndarray | None = None
+        self.seen = state.changes
+        n_f, n_a = state.cluster.n_frameworks, state.cluster.n_agents
+        if n_f * n_a <= HOPELESS_PAIRS:
+            self.fits = self._fits_at(np.arange(n_a))
+            self.hopeful = self.fits.any(axis=1)
+
+    def _fits_at(self, agents: np.ndarray) -> np.ndarray:
+        """(F, len(agents)) as `AllocationState.fits_framework` tests each pair."""
+        state = self.state
+        ok = np.array(state.cluster.eligible[:, agents], dtype=bool)
+        for r in range(state.residual.shape[1]):
+            d = state.fit_demand[:, r, None]
+            ok &= (d <= 0) | (state.residual[None, agents, r] >= d - state.tol[r])
+        return ok
+
+    def next(self) -> tuple[int, int] | None:
+        state = self.state
+        if self.fits is not None and state.changes != self.seen:
+            changed = np.flatnonzero(state.changed_at > self.seen)
+            self.fits[:, changed] = self._fits_at(changed)
+            self.hopeful = self.fits.any(axis=1)
+            self.seen = state.changes
+        return super().next()
+
+    def agent_for(self, framework: int) -> int:
+        if self.hopeful is not None and not self.hopeful[framework]:
+            return -1
+        return super().agent_for(framework)
+
+    def _next_simple(self) -> tuple[int, int] | None:
+        if self.role_level:
+            return super()._next_simple()
+        state = self.state
+        candidates = self.active & state.wanting()
+        values = self.criterion.values(state)
+        index = np.flatnonzero(candidates)
+        chosen = values[index]
+        if index.size == 0 or not np.isfinite(chosen).all():
+            return super()._next_simple()
+        ranked = np.argsort(chosen, kind="stable")
+        order, sorted_values = index[ranked].tolist(), chosen[ranked].tolist()
+        head = 0
+        while head < len(order):
+            low = sorted_values[head]
+            limit = low + RELATIVE_TIE * max(1.0, abs(low))
+            end = head + 1
+            while end < len(order) and sorted_values[end] <= limit:
+                end += 1
+            if end - head > SMALL_TIE:
+                return super()._next_simple()  # the same pick, by the generic pass
+            at = head
+            if end - head > 1:
+                tied = sorted(order[head:end])
+                at = order.index(tied[int(self.rng.integers(len(tied)))], head, end)
+            framework = order[at]
+            where = self.agent_for(framework)
+            if where >= 0:
+                return framework, where
+            self.active[framework] = False
+            if at == head:
+                head += 1
+            else:
+                del order[at], sorted_values[at]
+        return None
