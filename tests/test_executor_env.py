@@ -42,6 +42,7 @@ HOSTILE = [
     {"SPARK_EXECUTOR_OPTS": "-javaagent:{marker}.jar"},
     {"SPARK_EXECUTOR_OPTS": "@{marker}"},
     {"PYSPARK_PYTHON": "{marker}"},
+    {"SPARK_LOCAL_DIRS": "{marker}"},
     {"lower": "x"},
 ]
 
@@ -82,7 +83,7 @@ def test_what_spark_sends_is_accepted_and_the_operator_can_add_names() -> None:
         check_environment({"FOO": "bar"}, ExecutorEnvPolicy())
     policy = ExecutorEnvPolicy.of_operator(["FOO"], ["/opt/py/bin/python3"])
     check_environment({"FOO": "bar", "PYSPARK_PYTHON": "/opt/py/bin/python3"}, policy)
-    for name in ("BASH_ENV", "LD_PRELOAD", "SPARK_HOME", "path"):
+    for name in ("BASH_ENV", "LD_PRELOAD", "SPARK_HOME", "SPARK_LOCAL_DIRS", "path"):
         with pytest.raises(ValueError, match=name):
             ExecutorEnvPolicy.of_operator([name], [])
 
@@ -170,6 +171,7 @@ def test_local_executor_gets_only_allowed_and_backend_variables(
     assert not (tmp_path / "ran").exists()
     assert env["SPARK_EXECUTOR_OPTS"] == MODULE_FLAGS
     assert env["SPARK_EXECUTOR_MEMORY"] == "640m" and env["SPARK_LOCAL_IP"] == "127.0.1.1"
+    assert env["SPARK_LOCAL_DIRS"] == str(tmp_path / "agents" / "t1" / "t" / "executor-1")
     assert env["SPARK_HOME"] == str(fake_spark) and env["PATH"] == os.environ["PATH"]
 
 

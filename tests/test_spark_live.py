@@ -125,6 +125,13 @@ def test_oblivious_tenant_runs_end_to_end(tmp_path: Path) -> None:
         wait_for(lambda: service.broker.tenants, 60, "the tenant to register")
         (tenant,) = service.broker.allocation().tenants
         assert not tenant.declared
+        # Spark's scratch lands in the executor's own directory (SPARK_LOCAL_DIRS), not in
+        # the spark.local.dir the test's spark-defaults.conf gives the driver.
+        scratch: list[Path] = []
+        while not scratch and driver.process.poll() is None:
+            time.sleep(0.2)  # bounded by the driver's own timeout
+            scratch = list(tmp_path.glob("broker/**/executor-*/blockmgr-*"))
+        assert scratch, driver.output()
         code, result = driver.wait()
         assert code == 0, driver.output()
         assert result["sum"] == sum(range(6))

@@ -28,8 +28,9 @@ EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 TENANT_NAMES = frozenset({"SPARK_EXECUTOR_OPTS", "PYSPARK_PYTHON", "SPARK_USER", "PYTHONHASHSEED"})
 # Set by the backend for every executor; a tenant can never choose them.
 BACKEND_NAMES = frozenset(
-    {"SPARK_EXECUTOR_MEMORY", "SPARK_LOCAL_IP", "SPARK_HOME", "FAIRBROKER_EXECUTOR"}
-)
+    {"SPARK_EXECUTOR_MEMORY", "SPARK_LOCAL_IP", "SPARK_LOCAL_DIRS", "SPARK_HOME",
+     "FAIRBROKER_EXECUTOR"}
+)  # fmt: skip
 # Names that run code or redirect what runs (shell start-up files, the dynamic loader, search
 # paths, JVM option hooks, Spark's sourced spark-env.sh): not even an operator may let a
 # tenant set them.

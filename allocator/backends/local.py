@@ -223,6 +223,9 @@ class LocalCluster:
             inherited=os.environ,
             backend_env={
                 "SPARK_LOCAL_IP": hostname,
+                # Spark's scratch (block manager, shuffle files) in the executor's own
+                # directory, not a /tmp that other tenants' executors can read.
+                "SPARK_LOCAL_DIRS": str(directory),
                 "SPARK_HOME": str(self.home),
                 MARKER: f"{spec.tenant_id}/{spec.executor_id}/{self.workdir.resolve()}",
                 **self.sandbox.environment(directory),
