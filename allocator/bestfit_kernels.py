@@ -18,6 +18,14 @@ are past the tie tolerance of the least H found. The order is cut into chunks of
 `CHUNK` agents, each knowing the most of each resource any of its agents has left, so a
 walk skips chunks where the task cannot fit and an agent whose shape changed after a grant
 moves in O(`CHUNK`).
+
+Why the helpers are compiled as they are: numba reference-counts every array bound to a new
+name (an atomic increment and decrement), and its pruning pass misses many pairs, above all
+where the function makes calls. A helper inlined by numba (`inline="always"`) binds its
+arguments anew at every call, which in a loop cost a pair per array per iteration (the
+walk's chunk test, so inlined, was a third of the fill); a plain helper that LLVM inlines
+costs nothing. So array helpers in hot loops are plain, and the walk makes no calls (the
+draw, which does, runs only when several entries tie).
 """
 
 from __future__ import annotations
@@ -89,7 +97,7 @@ def _before(ka: float, a: int, kb: float, b: int) -> bool:
     return ka < kb or (ka == kb and a < b)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _chunk_room(g: int, c: int, members: np.ndarray, size: np.ndarray, residual: np.ndarray,
                 room: np.ndarray) -> None:  # fmt: skip
     for r in range(residual.shape[1]):
@@ -137,6 +145,14 @@ def _held_most(g: int, c: int, held: np.ndarray, room: np.ndarray) -> bool:
         if held[r] >= room[g, c, r]:
             return True
     return False
+
+
+@nb.njit(cache=True)
+def _shrink_room(g: int, c: int, held: np.ndarray, members: np.ndarray, size: np.ndarray,
+                 residual: np.ndarray, room: np.ndarray) -> None:  # fmt: skip
+    """Chunk c's room after an entry's residual shrank from `held`."""
+    if _held_most(g, c, held, room):
+        _chunk_room(g, c, members, size, residual, room)
 
 
 @nb.njit(cache=True)
@@ -253,7 +269,7 @@ def _insert(g: int, a: int, key: float, members: np.ndarray, keys: np.ndarray,
 # `class_pos`) into the orders on its own.
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _fenwick_add(fenwick: np.ndarray, start: int, length: int, pos: int, delta: int) -> None:
     i = pos + 1
     while i <= length:
@@ -261,7 +277,7 @@ def _fenwick_add(fenwick: np.ndarray, start: int, length: int, pos: int, delta: 
         i += i & -i
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _fenwick_prefix(fenwick: np.ndarray, start: int, pos: int) -> int:
     """How many of the class's first `pos` members are untouched."""
     total = 0
@@ -272,7 +288,7 @@ def _fenwick_prefix(fenwick: np.ndarray, start: int, pos: int) -> int:
     return total
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _untouched_up_to(t: int, x: int, pristine: tuple) -> int:
     """How many untouched members of class t have an index <= x."""
     class_start, class_len, class_members, _pos, fenwick, _count, _of = pristine
@@ -341,7 +357,7 @@ def _leave_class(a: int, pristine: tuple) -> int:
 # ---- the lookup ----------------------------------------------------------------------------
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True)
 def _fits_floor(n: int, entry: int, residual: np.ndarray, floor: np.ndarray) -> bool:
     """`AllocationState.fits_framework` for one pair, eligibility aside: residual_r >= d_r -
     tol_r for every resource the task uses (floor = -inf for the others)."""
@@ -351,7 +367,7 @@ def _fits_floor(n: int, entry: int, residual: np.ndarray, floor: np.ndarray) -> 
     return True
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True)
 def _chunk_fits(n: int, g: int, c: int, room: np.ndarray, floor: np.ndarray) -> bool:
     """Whether a task of n may fit on some entry of chunk c (no: it needs more of some
     resource than any there has left)."""
@@ -376,14 +392,16 @@ def _distance(n: int, g: int, entry: int, terms: np.ndarray, compared: np.ndarra
 
 
 @nb.njit(cache=True)
-def _best_agent(n: int, rng: np.random.Generator, n_a: int, residual: np.ndarray,
-                floor: np.ndarray, eligible: np.ndarray, group: np.ndarray, terms: np.ndarray,
+def _best_agent(n: int, n_a: int, residual: np.ndarray, floor: np.ndarray,
+                eligible: np.ndarray, group: np.ndarray, terms: np.ndarray,
                 compared: np.ndarray, n_compared: np.ndarray, shape: np.ndarray,
-                empty: np.ndarray, orders: tuple, pristine: tuple, found: np.ndarray,
-                found_h: np.ndarray, ints: np.ndarray) -> int:  # fmt: skip
-    """`bestfit_index.best_fit_scan`: the feasible agent with the least H (random among
-    those within the tie tolerance, drawn as `ties.pick_lowest` draws), or -1. A framework
-    of no valid shape (`group` -1) has H = +inf everywhere: every feasible agent ties."""
+                empty: np.ndarray, orders: tuple, found: np.ndarray, found_h: np.ndarray,
+                ints: np.ndarray) -> int:  # fmt: skip
+    """`bestfit_index.best_fit_scan` up to the draw: the feasible entries with the least H
+    (those within its tie tolerance) into `found[:tied]`; returns tied, 0 when none. A
+    framework of no valid shape (`group` -1) has H = +inf everywhere: every feasible agent
+    ties. `bestfit` draws among them (`_draw`, as `ties.pick_lowest` draws): with the draw's
+    calls out of it, this walk compiles without reference counting its arrays per call."""
     members, keys, size, room, _of, directory, n_chunks, _spare, _n_spare = orders
     elig = eligible[n]
     k = 0
@@ -478,7 +496,7 @@ def _best_agent(n: int, rng: np.random.Generator, n_a: int, residual: np.ndarray
                     threshold = _threshold(best)
     ints[STEPS] += steps
     if k == 0:
-        return -1
+        return 0
     tied = k  # when the least is +inf, every one found is +inf
     if np.isfinite(best):
         threshold = _threshold(best)
@@ -487,7 +505,7 @@ def _best_agent(n: int, rng: np.random.Generator, n_a: int, residual: np.ndarray
             if found_h[i] <= threshold:
                 found[tied] = found[i]
                 tied += 1
-    return _draw(found, tied, n_a, pristine, rng)
+    return tied
 
 
 @nb.njit(cache=True)
@@ -534,9 +552,14 @@ def bestfit(rng: np.random.Generator, ints: np.ndarray, residual: np.ndarray,
             n = ties[rng.integers(0, tied)]
         else:
             n = ties[0]
-        agent = _best_agent(n, rng, n_a, residual, floor, eligible, group, terms, compared,
-                            n_compared, shape, empty, orders, pristine, found, found_h,
-                            ints)  # fmt: skip
+        tied = _best_agent(n, n_a, residual, floor, eligible, group, terms, compared,
+                           n_compared, shape, empty, orders, found, found_h, ints)  # fmt: skip
+        if tied == 0:
+            agent = -1
+        elif tied == 1 and found[0] < n_a:
+            agent = found[0]
+        else:
+            agent = _draw(found, tied, n_a, pristine, rng)
         if agent < 0:  # fits nowhere: inactive for the rest of the fill
             _leave(n, m, key, srt)
             ints[M] = m - 1
@@ -561,9 +584,7 @@ def bestfit(rng: np.random.Generator, ints: np.ndarray, residual: np.ndarray,
                         residual)  # fmt: skip
             if not pristine_agent:
                 if sort_key[g, agent] == old[g]:  # same place, less room
-                    c = chunk_of[g, agent]
-                    if _held_most(g, c, before, room):
-                        _chunk_room(g, c, members, size, residual, room)
+                    _shrink_room(g, chunk_of[g, agent], before, members, size, residual, room)
                     continue
                 _remove(g, agent, old[g], before, members, keys, size, room, chunk_of,
                         directory, n_chunks, spare, n_spare, residual)  # fmt: skip

@@ -90,6 +90,17 @@ def fill(state: AllocationState, criterion: Criterion, selection: Selection | st
     return frameworks, agents
 
 
+def load_kernels(criterion: Criterion, selection: Selection | str) -> None:
+    """Load the compiled kernels a native fill with `criterion` and `selection` runs (numba
+    reads them from its disk cache, or compiles them after an install, at their first call:
+    0.3-0.5 s, or a minute), by filling a small cluster with them: for a caller that times
+    the fill itself (`fairbroker fill`'s fill_seconds)."""
+    from allocator.workloads import google_like_cluster
+
+    small = AllocationState(google_like_cluster(20, 5, seed=0))
+    fill(small, criterion, selection, np.random.default_rng(0))
+
+
 class _Arrays:
     """The kernels' working copies of the state (C order) and their output buffers."""
 

@@ -197,8 +197,16 @@ def main(agents: int, frameworks: int, schedulers: str, seed: int, before: bool,
                 f"{r['fill_cpu_seconds']} | {r['grants_per_second']} | {rss} | "
                 f"{u['cpus']:.1%} | {u['mem']:.1%} |"
             )
-    (RESULTS / "fill.md").write_text("\n".join(lines) + "\n")
     click.echo("\n".join(lines))
+    (RESULTS / "fill.md").write_text("\n".join(lines) + "\n" + _notes(RESULTS / "fill.md"))
+
+
+def _notes(path: Path) -> str:
+    """The hand-written sections of a results file (from its first `## ` heading on), which
+    a new run keeps below its table."""
+    text = path.read_text() if path.exists() else ""
+    start = text.find("\n## ")
+    return "" if start < 0 else text[start:]
 
 
 if __name__ == "__main__":

@@ -191,6 +191,40 @@ def test_native_fill_makes_the_generic_fills_grants_in_order(name, case):
     assert np.array_equal(generic.changed_at, fast.changed_at) and generic.changes == fast.changes
 
 
+@pytest.mark.parametrize("name", ["drf", "bfdrf"])
+def test_fill_seconds_time_the_fills_not_the_loading_of_their_kernels(name):
+    """`fairbroker fill`'s fill_seconds: loading the compiled kernels (from numba's cache, or
+    compiling them) happens once, before any fill is timed; the trials still go native and
+    make the fills they made."""
+    from allocator import native_fill, trials
+
+    cluster = _fast_fill_cluster(np.random.default_rng(3), equal=False)
+    clock = [0.0]
+    loads = []
+
+    def load(criterion, selection):  # a load that takes an hour on the fake clock
+        loads.append(selection)
+        clock[0] += 3600.0
+
+    fills = []
+
+    def native(state, *args):
+        clock[0] += 1.0  # and each fill a second
+        fills.append(state)
+        return fill(state, *args)
+
+    fill = native_fill.fill
+    with (mock.patch.object(native_fill, "MIN_PAIRS", 0),
+          mock.patch.object(native_fill, "load_kernels", load),
+          mock.patch.object(native_fill, "fill", native),
+          mock.patch.object(trials.time, "perf_counter", lambda: clock[0])):  # fmt: skip
+        timed = run_trials(cluster, name, trials=3, with_optimum=False)
+    assert len(loads) == 1 and len(fills) == 3
+    assert timed.fill_seconds == 3.0
+    plain = run_trials(cluster, name, trials=3, with_optimum=False)
+    assert np.array_equal(timed.tasks_mean, plain.tasks_mean) and timed.grants == plain.grants
+
+
 def test_native_fill_is_only_used_where_it_is_the_same_fill(example):
     from allocator import native_fill
     from allocator.policy.drf import DRF
