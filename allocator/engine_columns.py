@@ -13,10 +13,12 @@ the selectors find nothing and draw nothing:
 
 A run is then progressive filling on a `Columns` cluster: all frameworks, the candidate
 agents in slot order, and the whole cluster's totals and tolerance, which DRF's shares, best
-fit's H and every fit test read. Criteria that read agents beyond the one served (TSF's
-tasks alone, a per-agent criterion's best share at role level when choosing a framework
-first, best and first fit with waste ties) and the selections that draw over all agents
-(random, joint, FUGA) are not run this way (`restrictable`).
+fit's H and every fit test read, and TSF's y_n (tasks alone, a sum over every agent the
+framework may use at that run), which the engine keeps across runs
+(`allocator.engine_alone`). Criteria that read agents beyond the one served (a per-agent
+criterion's best share at role level when choosing a framework first, best and first fit
+with waste ties) and the selections that draw over all agents (random, joint, FUGA) are
+not run this way (`restrictable`).
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from allocator.policy.levels import Level
 from allocator.policy.selection import AgentPass, FillInputs, FrameworkFirst, Selection
 from allocator.policy.ties import RELATIVE_TIE, Ties
 
-#: Criteria that read only the holders' allocations and the agent being served.
-LOCAL_CRITERIA = frozenset({"drf", "psdsf", "rpsdsf", "alpha-psdsf"})
+#: Criteria that read only the holders' allocations and the agent being served, and TSF,
+#: whose y_n, summed over the whole cluster, a run reads from `Columns.alone`.
+LOCAL_CRITERIA = frozenset({"drf", "psdsf", "rpsdsf", "alpha-psdsf", "tsf"})
 
 
 def restrictable(criterion: Criterion, selection: Selection, level: Level, ties: Ties) -> bool:
@@ -51,9 +54,11 @@ def restrictable(criterion: Criterion, selection: Selection, level: Level, ties:
 
 @dataclass(frozen=True, eq=False)
 class Columns(Cluster):
-    """Some agents of a cluster; C_r (`total`) is the whole cluster's."""
+    """Some agents of a cluster; C_r (`total`) is the whole cluster's, and so is TSF's y_n
+    (`alone`, (F,) for the frameworks' demands; `allocator.policy.tsf.tasks_alone`)."""
 
     whole_total: np.ndarray | None = None
+    alone: np.ndarray | None = None
 
     @property
     def total(self) -> np.ndarray:  # type: ignore[override]

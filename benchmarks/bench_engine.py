@@ -34,7 +34,7 @@ import numpy as np
 RESULTS = Path(__file__).resolve().parent / "results"
 ENGINES = {"current": "allocator.engine", "reference": "tests.support.reference_engine"}
 SIZES = ((1_000, 100), (10_000, 1_000), (50_000, 5_000))
-SCHEDULERS = ("rpsdsf", "drf", "bfdrf")
+SCHEDULERS = ("rpsdsf", "drf", "bfdrf", "tsf", "psdsf")
 CHURN_TASKS = 10
 #: The dense engine holds int64 (F, A) matrices and copies them per run: past this many
 #: pairs it is not run (50,000 x 5,000 would need well over 10 GB).

@@ -21,16 +21,29 @@ from allocator.engine import Engine, EngineError
 from allocator.engine_config import EngineConfig
 from tests.support import reference_engine as reference
 
-CONFIGS = st.builds(
-    EngineConfig,
-    scheduler=st.sampled_from(["drf", "psdsf", "rpsdsf", "bfdrf", "tsf", "alpha-psdsf"]),
-    mode=st.sampled_from(["characterized", "oblivious"]),
-    selection=st.sampled_from([None, None, None, "firstfit", "bestfit", "random"]),
-    level=st.sampled_from(["role", "framework"]),
-    ties=st.sampled_from(["random", "waste"]),
-    trigger=st.sampled_from(["tick", "release"]),
-    seed=st.integers(0, 3),
-)
+SCHEDULERS = ["drf", "psdsf", "rpsdsf", "bfdrf", "tsf", "alpha-psdsf"]
+SELECTIONS = [None, None, None, "firstfit", "bestfit", "random"]
+
+
+def configs(schedulers: list[str], selections: list[str | None]) -> st.SearchStrategy:
+    return st.builds(
+        EngineConfig,
+        scheduler=st.sampled_from(schedulers),
+        mode=st.sampled_from(["characterized", "oblivious"]),
+        selection=st.sampled_from(selections),
+        level=st.sampled_from(["role", "framework"]),
+        ties=st.sampled_from(["random", "waste"]),
+        trigger=st.sampled_from(["tick", "release"]),
+        seed=st.integers(0, 3),
+    )
+
+
+CONFIGS = configs(SCHEDULERS, SELECTIONS)
+EVENTS = ["agent", "agent", "tenant", "tenant", "run", "run", "run", "release", "release",
+          "target", "capacity", "remove", "unregister", "refuse", "adopt"]  # fmt: skip
+#: TSF, whose y_n over the whole cluster the engine keeps across runs (`engine_alone`),
+#: with every selection it runs over the changed agents.
+TSF_CONFIGS = configs(["tsf"], [None, "firstfit", "bestfit"])
 AMOUNT = st.sampled_from([0.5, 1.0, 2.0, 3.0, 4.0, 8.0])
 ZONES = st.sampled_from(["a", "b"])
 
@@ -59,6 +72,19 @@ def _plain(answer: object) -> object:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=CONFIGS, data=st.data())
 def test_same_grants_run_by_run(config: EngineConfig, data: st.DataObject) -> None:
+    same_grants_run_by_run(config, data)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=TSF_CONFIGS, data=st.data())
+def test_tsf_same_grants_run_by_run(config: EngineConfig, data: st.DataObject) -> None:
+    """Refuse filters, which take agents out of y_n for a run, twice as often."""
+    same_grants_run_by_run(config, data, [*EVENTS, "refuse"])
+
+
+def same_grants_run_by_run(
+    config: EngineConfig, data: st.DataObject, events: list[str] = EVENTS
+) -> None:
     resources = ("cpus", "mem")
     new, old = Engine(resources, config), reference.Engine(resources, config)
     agents: list[str] = []
@@ -66,12 +92,7 @@ def test_same_grants_run_by_run(config: EngineConfig, data: st.DataObject) -> No
     now = 0.0
     made = 0
     for step in range(data.draw(st.integers(5, 45))):
-        event = data.draw(
-            st.sampled_from(
-                ["agent", "agent", "tenant", "tenant", "run", "run", "run", "release",
-                 "release", "target", "capacity", "remove", "unregister", "refuse", "adopt"]
-            )
-        )  # fmt: skip
+        event = data.draw(st.sampled_from(events))
         if event == "agent":
             name = f"a{step}"
             capacity = {"cpus": data.draw(AMOUNT), "mem": data.draw(AMOUNT)}
@@ -180,3 +201,46 @@ def test_cluster_is_rebuilt_only_after_a_change() -> None:
     engine.set_capacity("a", {"cpus": 2.0, "mem": 2.0})
     assert engine.cluster().capacity.tolist() == [[2.0, 2.0]]
     assert np.array_equal(engine.cluster().eligible, [[True]])
+
+
+def _tsf_pair(engines: tuple[type, ...], seed: int) -> list:  # type: ignore[type-arg]
+    """Two tenants of one demand; `b` is refused the big agent, which leaves it 2 of the
+    10 tasks it could run alone (y_b = 2, y_a = 10)."""
+    built = []
+    for kind in engines:
+        engine = kind(("cpus", "mem"), EngineConfig.mesos("tsf", seed=seed))
+        engine.add_agent("big", {"cpus": 8.0, "mem": 8.0})
+        engine.add_agent("small", {"cpus": 2.0, "mem": 2.0})
+        engine.register("a", {"cpus": 1.0, "mem": 1.0}, target=3)
+        engine.register("b", {"cpus": 1.0, "mem": 1.0}, target=2)
+        engine.adopt("a", "big", 2)
+        engine.adopt("b", "small", 1)
+        engine.refuse("b", "big", 10.0)
+        built.append(engine)
+    return built
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tsf_runs_over_the_changed_agents_with_the_whole_clusters_tasks_alone(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TSF run builds no dense snapshot, and reads y_n as the dense run sums it: over
+    every agent, without those a refuse filter keeps from the tenant (x_a / y_a = 2 / 10
+    against x_b / y_b = 1 / 2: `a` is served first where both fit)."""
+    new, old = _tsf_pair((Engine, reference.Engine), seed)
+    assert new._tasks_alone(1.0).tolist() == [10.0, 2.0]
+    assert new._tasks_alone(11.0).tolist() == [10.0, 10.0]  # the filter has ended by then
+
+    def no_snapshot(now: float) -> None:
+        raise AssertionError("a TSF run took the dense snapshot")
+
+    monkeypatch.setattr(new, "snapshot", no_snapshot)
+    assert _plain(new.allocate(1.0)) == _plain(old.allocate(1.0))
+    new.remove_agent("small")
+    new.add_agent("small2", {"cpus": 3.0, "mem": 6.0})
+    new.set_capacity("big", {"cpus": 4.0, "mem": 8.0})
+    new.register("c", {"cpus": 2.0, "mem": 1.0}, target=1, constraints={"zone": "x"},
+                 require_fit=False)  # fmt: skip
+    assert new._tasks_alone(1.0).tolist() == [7.0, 3.0, 0.0]  # c: no agent in zone x
+    new.add_agent("zoned", {"cpus": 4.0, "mem": 4.0}, {"zone": "x"})
+    assert new._tasks_alone(11.0).tolist() == [11.0, 11.0, 2.0]
