@@ -12,9 +12,10 @@ until nothing fitted, only the agents an event touched since (room freed or adde
 ended) and those where a framework that started wanting again fits can take anyone, so the
 run fills over those agents alone (`allocator.engine_columns`), with the same grants and the
 same random draws as a run over all; TSF's y_n, summed over the whole cluster, is kept
-across runs (`allocator.engine_alone`). Where that does not hold (the random selection,
-waste ties with best or first fit, per-agent criteria at role level with best or first fit,
-Mesos role pools) a run takes a dense snapshot of every agent and framework.
+across runs (`allocator.engine_alone`). Where that does not hold (waste ties with best or
+first fit, per-agent criteria at role level with best or first fit, Mesos role pools:
+`allocator.engine_columns` says why) a run takes a dense snapshot of every agent and
+framework.
 
 Timing follows Mesos 1.x: a run happens every allocation interval, and at once when an agent
 or framework is added or a framework revives (`run_now` tells the driver). Resources freed by
@@ -780,6 +781,10 @@ class Engine:
                 selector = ColumnsPass(inputs, self._agent_slots.size, columns)
             elif selection in (Selection.BESTFIT, Selection.FIRSTFIT):
                 selector = ColumnsFirst(inputs, selection is Selection.BESTFIT)
+            elif selection is Selection.RANDOM:
+                from allocator.engine_random import ColumnsRandom  # compiled: on first use
+
+                selector = ColumnsRandom(inputs, self._agent_slots.size, columns)
             else:  # joint, FUGA: what they choose from is feasible pairs only
                 selector = make_selector(
                     selection, state, criterion, self.rng, self.ties, self.level, True,

@@ -9,16 +9,40 @@ the selectors find nothing and draw nothing:
 - the agent pass (rrr online) skips an agent where nothing fits before any draw, so it
   visits the candidates in the order of the same permutation of all agents;
 - best fit and first fit choose among the agents where the framework fits, in agent order,
-  which are all candidates, and retire a framework that fits nowhere the same way.
+  which are all candidates, and retire a framework that fits nowhere the same way;
+- joint takes the argmin of the criterion over the feasible pairs, and draws among the tied
+  ones in (framework, agent) order: feasible pairs are all on candidates, in the same order
+  (at role level the (role, agent) pairs likewise);
+- FUGA's servers are the agents where something fits, ordered by (best mu, agent), and its
+  random agent for a framework with no executor yet is drawn among the agents where it
+  fits: all candidates, in the same order;
+- the random selection draws among every agent slot, one draw per agent at least, so the
+  run keeps them all alive and replays the draws that land off the candidates
+  (`allocator.engine_random`).
 
 A run is then progressive filling on a `Columns` cluster: all frameworks, the candidate
 agents in slot order, and the whole cluster's totals and tolerance, which DRF's shares, best
 fit's H and every fit test read, and TSF's y_n (tasks alone, a sum over every agent the
 framework may use at that run), which the engine keeps across runs
-(`allocator.engine_alone`). Criteria that read agents beyond the one served (a per-agent
-criterion's best share at role level when choosing a framework first, best and first fit
-with waste ties) and the selections that draw over all agents (random, joint, FUGA) are
-not run this way (`restrictable`).
+(`allocator.engine_alone`; a y_n past 2^53, where sums stop being exact, runs densely).
+
+What still takes a dense snapshot of every agent, and why (`restrictable`):
+
+- best or first fit with waste ties: `FrameworkFirst.next` breaks a tie by gamma at each
+  framework's agent, and for a framework that fits nowhere at agent 0 of the run's state
+  (`max(agent, 0)`): agent slot 0 of the whole cluster in a dense run, the first candidate
+  here, so the tied set and the draw among it can differ. Restrictable if that gamma were
+  taken at slot 0's capacity (a change to `FrameworkFirst`/`ColumnsFirst`).
+- a per-agent criterion (PS-DSF, rPS-DSF, alpha-PS-DSF) at role level with best or first
+  fit: the framework is chosen first, and roles are ordered by their best share over every
+  agent (`Criterion.role_column` with no agent), which over the candidates is another
+  minimum. It would need each role's minimum over all agents kept across runs.
+- Mesos role pools (`Engine.pooled_attribute`): whether a lower role contests the agent
+  served (`Cluster.contested`) reads the eligibility, refuse filters included, of each
+  framework's own copy of that agent, another agent slot that need not be a candidate,
+  from (F, A) pool matrices (`Engine._pools`). The test itself is at the agent served, so
+  a run over the candidates could decide the same with contested columns built from the
+  copies' eligibility; not done.
 """
 
 from __future__ import annotations
@@ -33,16 +57,16 @@ from allocator.policy.levels import Level
 from allocator.policy.selection import AgentPass, FillInputs, FrameworkFirst, Selection
 from allocator.policy.ties import RELATIVE_TIE, Ties
 
-#: Criteria that read only the holders' allocations and the agent being served, and TSF,
-#: whose y_n, summed over the whole cluster, a run reads from `Columns.alone`.
-LOCAL_CRITERIA = frozenset({"drf", "psdsf", "rpsdsf", "alpha-psdsf", "tsf"})
+#: Criteria that read only the holders' allocations and the agent being served (FUGA's is
+#: DRF), and TSF, whose y_n, summed over the whole cluster, a run reads from `Columns.alone`.
+LOCAL_CRITERIA = frozenset({"drf", "psdsf", "rpsdsf", "alpha-psdsf", "tsf", "fuga"})
 
 
 def restrictable(criterion: Criterion, selection: Selection, level: Level, ties: Ties) -> bool:
     """Whether a run over the candidate agents makes the grants a run over all would."""
     if criterion.name not in LOCAL_CRITERIA:
         return False
-    if selection is Selection.RRR:
+    if selection in (Selection.RRR, Selection.JOINT, Selection.FUGA, Selection.RANDOM):
         return True
     if selection in (Selection.BESTFIT, Selection.FIRSTFIT):
         # At role level a per-agent criterion orders roles by their best share over all

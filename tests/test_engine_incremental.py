@@ -11,12 +11,14 @@ agents only and the dense runs the engine keeps for the rest.
 from __future__ import annotations
 
 import dataclasses
+from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from allocator import engine_random
 from allocator.engine import Engine, EngineError
 from allocator.engine_config import EngineConfig
 from tests.support import reference_engine as reference
@@ -44,6 +46,11 @@ EVENTS = ["agent", "agent", "tenant", "tenant", "run", "run", "run", "release", 
 #: TSF, whose y_n over the whole cluster the engine keeps across runs (`engine_alone`),
 #: with every selection it runs over the changed agents.
 TSF_CONFIGS = configs(["tsf"], [None, "firstfit", "bestfit"])
+#: The selections whose choice is among feasible pairs only, which are all on the changed
+#: agents: joint (its argmin and tie draws) and FUGA (its servers, its random agent).
+PAIR_CONFIGS = configs(["drf", "psdsf", "rpsdsf", "tsf", "alpha-psdsf", "fuga"], ["joint", "fuga"])
+#: The random selection, whose draws over every agent slot the engine replays.
+RANDOM_CONFIGS = configs(["drf", "psdsf", "rpsdsf", "tsf", "alpha-psdsf"], ["random"])
 AMOUNT = st.sampled_from([0.5, 1.0, 2.0, 3.0, 4.0, 8.0])
 ZONES = st.sampled_from(["a", "b"])
 
@@ -80,6 +87,22 @@ def test_same_grants_run_by_run(config: EngineConfig, data: st.DataObject) -> No
 def test_tsf_same_grants_run_by_run(config: EngineConfig, data: st.DataObject) -> None:
     """Refuse filters, which take agents out of y_n for a run, twice as often."""
     same_grants_run_by_run(config, data, [*EVENTS, "refuse"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=PAIR_CONFIGS, data=st.data())
+def test_joint_and_fuga_same_grants_run_by_run(config: EngineConfig, data: st.DataObject) -> None:
+    same_grants_run_by_run(config, data)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=RANDOM_CONFIGS, data=st.data())
+def test_random_same_grants_run_by_run(config: EngineConfig, data: st.DataObject) -> None:
+    """Half the examples look for the next candidate one draw at a time (the clusters here
+    are smaller than a batch)."""
+    batch = data.draw(st.sampled_from([engine_random.SMALLEST_BATCH, 1]))
+    with mock.patch.object(engine_random, "SMALLEST_BATCH", batch):
+        same_grants_run_by_run(config, data)
 
 
 def same_grants_run_by_run(
@@ -244,3 +267,36 @@ def test_tsf_runs_over_the_changed_agents_with_the_whole_clusters_tasks_alone(
     assert new._tasks_alone(1.0).tolist() == [7.0, 3.0, 0.0]  # c: no agent in zone x
     new.add_agent("zoned", {"cpus": 4.0, "mem": 4.0}, {"zone": "x"})
     assert new._tasks_alone(11.0).tolist() == [11.0, 11.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"scheduler": "tsf"}, {"scheduler": "tsf", "mode": "oblivious"},
+     {"scheduler": "drf", "selection": "random"}, {"scheduler": "psdsf", "selection": "random"},
+     {"scheduler": "drf", "selection": "joint"}, {"scheduler": "fuga"}],
+)  # fmt: skip
+def test_churn_at_scale_as_the_dense_engine(changes: dict[str, str]) -> None:
+    """Hundreds of agents, most of them full: the runs after a few tasks end cover a few
+    agents among many (the random selection's draws span several batches)."""
+    rng = np.random.default_rng(7)
+    config = EngineConfig.mesos(seed=3, **changes)
+    new, old = Engine(("cpus", "mem"), config), reference.Engine(("cpus", "mem"), config)
+    for i in range(400):
+        capacity = {"cpus": float(rng.choice([4, 8, 16])), "mem": float(rng.choice([8, 16, 32]))}
+        _both(new, old, "add_agent", f"a{i}", capacity, {"zone": "ab"[i % 2]})
+    for n in range(30):
+        demand = {"cpus": float(rng.choice([0.5, 1, 2])), "mem": float(rng.choice([1, 2, 4]))}
+        constraints = {"zone": "a"} if n % 7 == 0 else {}
+        _both(new, old, "register", f"t{n}", demand, "*", 1.0, 1e6, constraints)
+    now = 0.0
+    _both(new, old, "allocate", now)
+    for _ in range(8):
+        now += 1.0
+        running = sorted(old.running.items())
+        for k in rng.choice(len(running), 5, replace=False):
+            (f, a), _held = running[k]
+            _both(new, old, "release", f, a, 1)
+        if now == 4.0:
+            _both(new, old, "refuse", "t1", running[0][0][1], now + 3.0)
+        assert _both(new, old, "allocate", now)
+    assert new.running == old.running
