@@ -767,8 +767,10 @@ class Engine:
         criterion = self.scheduler.criterion(self.policy_params)
         oblivious = self.mode is Mode.OBLIVIOUS
         selection = Selection(self.selection)
+        # One role: the selectors serve frameworks as at framework level.
+        level = Level(self.level) if len(self._roles) > 1 else Level.FRAMEWORK
         local = self.pooled_attribute is None and restrictable(
-            criterion, selection, Level(self.level), Ties(self.ties)
+            criterion, selection, level, Ties(self.ties)
         )
         alone = self._tasks_alone(now) if local and isinstance(criterion, TSF) else None
         local = local and (alone is not None or not isinstance(criterion, TSF))

@@ -33,10 +33,11 @@ What still takes a dense snapshot of every agent, and why (`restrictable`):
   (`max(agent, 0)`): agent slot 0 of the whole cluster in a dense run, the first candidate
   here, so the tied set and the draw among it can differ. Restrictable if that gamma were
   taken at slot 0's capacity (a change to `FrameworkFirst`/`ColumnsFirst`).
-- a per-agent criterion (PS-DSF, rPS-DSF, alpha-PS-DSF) at role level with best or first
-  fit: the framework is chosen first, and roles are ordered by their best share over every
-  agent (`Criterion.role_column` with no agent), which over the candidates is another
-  minimum. It would need each role's minimum over all agents kept across runs.
+- a per-agent criterion (PS-DSF, rPS-DSF, alpha-PS-DSF) at role level, with more than one
+  role, with best or first fit: the framework is chosen first, and roles are ordered by
+  their best share over every agent (`Criterion.role_column` with no agent), which over
+  the candidates is another minimum. It would need each role's minimum over all agents
+  kept across runs. (With one role the selectors serve frameworks as at framework level.)
 - Mesos role pools (`Engine.pooled_attribute`): whether a lower role contests the agent
   served (`Cluster.contested`) reads the eligibility, refuse filters included, of each
   framework's own copy of that agent, another agent slot that need not be a candidate,

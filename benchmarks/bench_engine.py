@@ -57,8 +57,11 @@ What is left (issue 28):
   the wanting frameworks by share (O(F log F)) and walks the hopeless ones in Python: the
   10,000 x 1,000 tick is over the 5 ms target (below). Keeping the sorted order across
   picks (only the served framework's share changes) is the next step.
-- TSF, the random, joint and FUGA selections and Mesos role pools (`Engine.pooled_attribute`)
-  still take the dense snapshot per run (`allocator/engine_columns.py` says why each).
+- TSF (its y_n kept across runs, `allocator/engine_alone.py`), the joint, FUGA and random
+  selections run over the changed agents too. Waste ties with best or first fit, per-agent
+  criteria at role level with best or first fit and Mesos role pools
+  (`Engine.pooled_attribute`) still take the dense snapshot per run
+  (`allocator/engine_columns.py` says why each; `--variants` measures them).
 - The settling run (the first run, or after the configuration changes) still builds an
   (agents x frameworks) eligibility array over every agent; peak RSS above is that run's.
   BF-DRF's settling run is slower than the dense engine's (1.8 s against 1.1 s at
