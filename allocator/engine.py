@@ -12,8 +12,8 @@ until nothing fitted, only the agents an event touched since (room freed or adde
 ended) and those where a framework that started wanting again fits can take anyone, so the
 run fills over those agents alone (`allocator.engine_columns`), with the same grants and the
 same random draws as a run over all; TSF's y_n, summed over the whole cluster, is kept
-across runs (`allocator.engine_alone`). Where that does not hold (waste ties with best or
-first fit, per-agent criteria at role level with best or first fit, Mesos role pools:
+across runs (`allocator.engine_alone`). Where that does not hold (per-agent criteria at
+role level, with several roles, with best or first fit; Mesos role pools:
 `allocator.engine_columns` says why) a run takes a dense snapshot of every agent and
 framework.
 
@@ -30,7 +30,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from allocator.engine_alone import TasksAlone
-from allocator.engine_columns import Columns, ColumnsFirst, ColumnsPass, restrictable
+from allocator.engine_columns import (
+    Columns,
+    ColumnsFirst,
+    ColumnsPass,
+    restrictable,
+    with_first_agent,
+)
 from allocator.engine_config import EngineConfig, Trigger
 from allocator.errors import FairbrokerError
 from allocator.filling import progressive_fill
@@ -775,7 +781,7 @@ class Engine:
         alone = self._tasks_alone(now) if local and isinstance(criterion, TSF) else None
         local = local and (alone is not None or not isinstance(criterion, TSF))
         if local:
-            columns = self._candidates()
+            columns = with_first_agent(self._candidates(), selection, Ties(self.ties))
             state = self._columns_state(now, columns, alone)
             selector: Selector | None
             inputs = FillInputs(state, criterion, self.rng, self.ties, self.level, True)

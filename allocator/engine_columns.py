@@ -9,7 +9,10 @@ the selectors find nothing and draw nothing:
 - the agent pass (rrr online) skips an agent where nothing fits before any draw, so it
   visits the candidates in the order of the same permutation of all agents;
 - best fit and first fit choose among the agents where the framework fits, in agent order,
-  which are all candidates, and retire a framework that fits nowhere the same way;
+  which are all candidates, and retire a framework that fits nowhere the same way; with
+  waste ties they break a tie by gamma at each framework's agent, and for a framework that
+  fits nowhere at agent 0 of the run's state (`FrameworkFirst.next`), agent slot 0 of the
+  whole cluster in a dense run: such a run takes slot 0 as well (`with_first_agent`);
 - joint takes the argmin of the criterion over the feasible pairs, and draws among the tied
   ones in (framework, agent) order: feasible pairs are all on candidates, in the same order
   (at role level the (role, agent) pairs likewise);
@@ -28,11 +31,6 @@ framework may use at that run), which the engine keeps across runs
 
 What still takes a dense snapshot of every agent, and why (`restrictable`):
 
-- best or first fit with waste ties: `FrameworkFirst.next` breaks a tie by gamma at each
-  framework's agent, and for a framework that fits nowhere at agent 0 of the run's state
-  (`max(agent, 0)`): agent slot 0 of the whole cluster in a dense run, the first candidate
-  here, so the tied set and the draw among it can differ. Restrictable if that gamma were
-  taken at slot 0's capacity (a change to `FrameworkFirst`/`ColumnsFirst`).
 - a per-agent criterion (PS-DSF, rPS-DSF, alpha-PS-DSF) at role level, with more than one
   role, with best or first fit: the framework is chosen first, and roles are ordered by
   their best share over every agent (`Criterion.role_column` with no agent), which over
@@ -71,10 +69,20 @@ def restrictable(criterion: Criterion, selection: Selection, level: Level, ties:
         return True
     if selection in (Selection.BESTFIT, Selection.FIRSTFIT):
         # At role level a per-agent criterion orders roles by their best share over all
-        # agents when the framework is chosen first; waste ties rank a framework that fits
-        # nowhere by the first agent of the cluster.
-        return (level is Level.FRAMEWORK or not criterion.per_agent) and ties is Ties.RANDOM
+        # agents when the framework is chosen first (waste ties: `with_first_agent`).
+        return level is Level.FRAMEWORK or not criterion.per_agent
     return False
+
+
+def with_first_agent(columns: np.ndarray, selection: Selection, ties: Ties) -> np.ndarray:
+    """The candidates and agent slot 0 for best or first fit with waste ties, which rank a
+    framework that fits nowhere by gamma at the first agent of the run's state
+    (`FrameworkFirst.next`): slot 0 in a dense run. Nothing fits there unless it is a
+    candidate, and it comes first in slot order, so it changes nothing else."""
+    framework_first = selection in (Selection.BESTFIT, Selection.FIRSTFIT)
+    if not framework_first or ties is not Ties.WASTE or (columns.size and columns[0] == 0):
+        return columns
+    return np.concatenate([np.zeros(1, dtype=columns.dtype), columns])
 
 
 @dataclass(frozen=True, eq=False)

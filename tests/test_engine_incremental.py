@@ -27,14 +27,16 @@ SCHEDULERS = ["drf", "psdsf", "rpsdsf", "bfdrf", "tsf", "alpha-psdsf"]
 SELECTIONS = [None, None, None, "firstfit", "bestfit", "random"]
 
 
-def configs(schedulers: list[str], selections: list[str | None]) -> st.SearchStrategy:
+def configs(
+    schedulers: list[str], selections: list[str | None], ties: tuple[str, ...] = ("random", "waste")
+) -> st.SearchStrategy:
     return st.builds(
         EngineConfig,
         scheduler=st.sampled_from(schedulers),
         mode=st.sampled_from(["characterized", "oblivious"]),
         selection=st.sampled_from(selections),
         level=st.sampled_from(["role", "framework"]),
-        ties=st.sampled_from(["random", "waste"]),
+        ties=st.sampled_from(ties),
         trigger=st.sampled_from(["tick", "release"]),
         seed=st.integers(0, 3),
     )
@@ -49,6 +51,9 @@ TSF_CONFIGS = configs(["tsf"], [None, "firstfit", "bestfit"])
 #: The selections whose choice is among feasible pairs only, which are all on the changed
 #: agents: joint (its argmin and tie draws) and FUGA (its servers, its random agent).
 PAIR_CONFIGS = configs(["drf", "psdsf", "rpsdsf", "tsf", "alpha-psdsf", "fuga"], ["joint", "fuga"])
+#: Best and first fit with waste ties, which rank a framework that fits nowhere at agent
+#: slot 0 (`engine_columns.with_first_agent`).
+WASTE_CONFIGS = configs(SCHEDULERS, ["firstfit", "bestfit"], ("waste",))
 #: The random selection, whose draws over every agent slot the engine replays.
 RANDOM_CONFIGS = configs(["drf", "psdsf", "rpsdsf", "tsf", "alpha-psdsf"], ["random"])
 AMOUNT = st.sampled_from([0.5, 1.0, 2.0, 3.0, 4.0, 8.0])
@@ -92,6 +97,12 @@ def test_tsf_same_grants_run_by_run(config: EngineConfig, data: st.DataObject) -
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=PAIR_CONFIGS, data=st.data())
 def test_joint_and_fuga_same_grants_run_by_run(config: EngineConfig, data: st.DataObject) -> None:
+    same_grants_run_by_run(config, data)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=WASTE_CONFIGS, data=st.data())
+def test_waste_ties_same_grants_run_by_run(config: EngineConfig, data: st.DataObject) -> None:
     same_grants_run_by_run(config, data)
 
 
