@@ -36,12 +36,13 @@ What still takes a dense snapshot of every agent, and why (`restrictable`):
   their best share over every agent (`Criterion.role_column` with no agent), which over
   the candidates is another minimum. It would need each role's minimum over all agents
   kept across runs. (With one role the selectors serve frameworks as at framework level.)
-- Mesos role pools (`Engine.pooled_attribute`): whether a lower role contests the agent
-  served (`Cluster.contested`) reads the eligibility, refuse filters included, of each
-  framework's own copy of that agent, another agent slot that need not be a candidate,
-  from (F, A) pool matrices (`Engine._pools`). The test itself is at the agent served, so
-  a run over the candidates could decide the same with contested columns built from the
-  copies' eligibility; not done.
+- Mesos role pools (`Engine.pooled_attribute`): an agent where a framework fits can be left
+  unserved when a lower role that is not offered it contests it (`Cluster.contested`,
+  `Selector._lowest_role`), so a run can end with room that fits, and whether the contest
+  still holds at the next run depends on shares that other agents' grants change: the
+  premise above (nothing fits anywhere after a run) fails, and with it the candidates.
+  The contest also reads the eligibility, refuse filters included, of each framework's own
+  copy of the agent, another agent slot, from (F, A) pool matrices (`Engine._pools`).
 """
 
 from __future__ import annotations
