@@ -311,3 +311,26 @@ def test_churn_at_scale_as_the_dense_engine(changes: dict[str, str]) -> None:
             _both(new, old, "refuse", "t1", running[0][0][1], now + 3.0)
         assert _both(new, old, "allocate", now)
     assert new.running == old.running
+
+
+def test_tsf_runs_densely_where_tasks_alone_are_past_exact_sums(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """y_n past 2^53 is no longer an exact sum of whole numbers: the run takes the dense
+    snapshot, as the frozen engine does, and makes its grants."""
+    new, old = (
+        kind(("cpus", "mem"), EngineConfig.mesos("tsf")) for kind in (Engine, reference.Engine)
+    )
+    for engine in (new, old):
+        engine.add_agent("huge", {"cpus": 1e16, "mem": 1e16})
+        engine.add_agent("small", {"cpus": 2.0, "mem": 2.0})
+        engine.register("t", {"cpus": 0.5, "mem": 0.5}, target=3)
+    assert new._tasks_alone(0.0) is None
+    dense = []
+    monkeypatch.setattr(
+        new, "snapshot", lambda now, _dense=new.snapshot: dense.append(now) or _dense(now)
+    )
+    got = new.allocate(0.0)
+    assert _plain(got) == _plain(old.allocate(0.0))
+    assert sum(g.tasks for g in got) == 3
+    assert dense == [0.0]
