@@ -11,8 +11,11 @@ only for the frameworks that have them. A run costs what changed: after a run th
 until nothing fitted, only the agents an event touched since (room freed or added, a filter
 ended) and those where a framework that started wanting again fits can take anyone, so the
 run fills over those agents alone (`allocator.engine_columns`), with the same grants and the
-same random draws as a run over all. Where that does not hold (TSF, random, joint and FUGA
-selections, Mesos role pools) a run takes a dense snapshot of every agent and framework.
+same random draws as a run over all; TSF's y_n, summed over the whole cluster, is kept
+across runs (`allocator.engine_alone`). Where that does not hold (per-agent criteria at
+role level, with several roles, with best or first fit; Mesos role pools:
+`allocator.engine_columns` says why) a run takes a dense snapshot of every agent and
+framework.
 
 Timing follows Mesos 1.x: a run happens every allocation interval, and at once when an agent
 or framework is added or a framework revives (`run_now` tells the driver). Resources freed by
@@ -26,7 +29,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from allocator.engine_columns import Columns, ColumnsFirst, ColumnsPass, restrictable
+from allocator.engine_alone import TasksAlone
+from allocator.engine_columns import (
+    Columns,
+    ColumnsFirst,
+    ColumnsPass,
+    restrictable,
+    with_first_agent,
+)
 from allocator.engine_config import EngineConfig, Trigger
 from allocator.errors import FairbrokerError
 from allocator.filling import progressive_fill
@@ -34,7 +44,8 @@ from allocator.mesos_defaults import MIN_ALLOCATABLE
 from allocator.model import Cluster, matches_constraints
 from allocator.policy import Selection, Ties, scheduler
 from allocator.policy.levels import Level
-from allocator.policy.selection import FillInputs, Selector
+from allocator.policy.selection import FillInputs, Selector, make_selector
+from allocator.policy.tsf import TSF, whole_tasks
 from allocator.state import AllocationState, Grant, Mode
 
 
@@ -178,6 +189,7 @@ class Engine:
         self._version = 0
         self._cluster: tuple[int, Cluster] | None = None
         self._sums: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._alone: TasksAlone | None = None  # TSF's y_n, from the first TSF run on
         minimum = MIN_ALLOCATABLE if min_allocatable is None else min_allocatable
         self._min_allocatable = np.array([minimum.get(r, np.inf) for r in self.resources])
 
@@ -258,6 +270,7 @@ class Engine:
         self._live[slot] = True
         for fw_slot, row in self._rows.items():
             row[slot] = matches_constraints(record.attributes, self._constraints[fw_slot])
+        self._alone_agent(slot, +1)
         self._touched.add(slot)
         self.run_now = self._dirty = True
 
@@ -269,7 +282,9 @@ class Engine:
         slot = self._agent_slots.index[name]
         if (vector > self._capacity[slot]).any():
             self.run_now = True
+        self._alone_agent(slot, -1)
         self._capacity[slot] = vector
+        self._alone_agent(slot, +1)
         self.agents[name].capacity = vector
         self._touched.add(slot)
         self._version += 1
@@ -279,6 +294,7 @@ class Engine:
         """Forget an agent; returns the (framework, tasks) that were running there (lost)."""
         self._agent(name)
         slot = self._agent_slots.remove(name)
+        self._alone_agent(slot, -1)
         hosted = self._hosted.pop(slot, {})
         lost = [(f, hosted[n]) for f, n in self._framework_slots.index.items() if n in hosted]
         for n, tasks in hosted.items():
@@ -351,6 +367,8 @@ class Engine:
             self._constraints[slot] = constraints
         self._count[slot] = 0.0
         self._names = None
+        if self._alone is not None:
+            self._alone.register(slot)
         self._rescan.add(slot)
         self.run_now = self._dirty = True
 
@@ -695,6 +713,40 @@ class Engine:
         self._rescan = set()
         self._everywhere = False
 
+    def _alone_agent(self, slot: int, change: int) -> None:
+        """Agent `slot`, as it is now, enters (+1) or leaves (-1) TSF's y_n."""
+        if self._alone is None:
+            return
+        allowed = self._active[: self._framework_slots.size].copy()
+        for n, row in self._rows.items():
+            allowed[n] = row[slot]
+        self._alone.agent(self._capacity[slot], allowed, self._demand, change)
+
+    def _tasks_alone(self, now: float) -> np.ndarray | None:
+        """TSF's y_n of each framework slot as a dense run at `now` sums it, over the agents
+        it may use that no refuse filter keeps from it (None: not exact, run densely)."""
+        n_f, n_a = self._framework_slots.size, self._agent_slots.size
+        if self._alone is None:
+            self._alone = TasksAlone(self._capacity[:n_a], self._live[:n_a])
+        active = self._active[:n_f]
+        alone = self._alone.current(
+            self._capacity[:n_a], self._live[:n_a], self._demand[:n_f], active, self._rows
+        )
+        if not self._alone.exact:
+            return None
+        slots = self._agent_slots.index
+        held = sorted({slots[a] for (_, a), until in self.filters.items() if until > now})
+        if held:  # the filtered pairs, as `snapshot` finds them, leave the sum
+            agents = np.array(held)
+            column = np.full(n_a, -1, dtype=np.int64)
+            column[agents] = np.arange(len(agents))
+            allowed = np.array(self._eligible_at(agents))
+            open_ = allowed.copy()
+            self._filter_out(open_, now, column)
+            whole = whole_tasks(self._demand[:n_f], self._capacity[agents])
+            alone = alone - np.where(allowed & ~open_, whole, 0.0).sum(axis=1)
+        return np.where(active, alone, 0.0)
+
     def allocate(self, now: float, max_grants: int | None = None) -> list[EngineGrant]:
         """One allocation run: progressive filling from the current state.
 
@@ -720,18 +772,32 @@ class Engine:
             return []
         criterion = self.scheduler.criterion(self.policy_params)
         oblivious = self.mode is Mode.OBLIVIOUS
+        selection = Selection(self.selection)
+        # One role: the selectors serve frameworks as at framework level.
+        level = Level(self.level) if len(self._roles) > 1 else Level.FRAMEWORK
         local = self.pooled_attribute is None and restrictable(
-            criterion, Selection(self.selection), Level(self.level), Ties(self.ties)
+            criterion, selection, level, Ties(self.ties)
         )
+        alone = self._tasks_alone(now) if local and isinstance(criterion, TSF) else None
+        local = local and (alone is not None or not isinstance(criterion, TSF))
         if local:
-            columns = self._candidates()
-            state = self._columns_state(now, columns)
+            columns = with_first_agent(self._candidates(), selection, Ties(self.ties))
+            state = self._columns_state(now, columns, alone)
             selector: Selector | None
             inputs = FillInputs(state, criterion, self.rng, self.ties, self.level, True)
-            if Selection(self.selection) is Selection.RRR:
+            if selection is Selection.RRR:
                 selector = ColumnsPass(inputs, self._agent_slots.size, columns)
-            else:
-                selector = ColumnsFirst(inputs, Selection(self.selection) is Selection.BESTFIT)
+            elif selection in (Selection.BESTFIT, Selection.FIRSTFIT):
+                selector = ColumnsFirst(inputs, selection is Selection.BESTFIT)
+            elif selection is Selection.RANDOM:
+                from allocator.engine_random import ColumnsRandom  # compiled: on first use
+
+                selector = ColumnsRandom(inputs, self._agent_slots.size, columns)
+            else:  # joint, FUGA: what they choose from is feasible pairs only
+                selector = make_selector(
+                    selection, state, criterion, self.rng, self.ties, self.level, True,
+                    self.policy_params,
+                )  # fmt: skip
         else:
             columns = np.arange(self._agent_slots.size)
             state = self.snapshot(now)
@@ -770,9 +836,11 @@ class Engine:
             self.run_now = self._dirty = True
         return out
 
-    def _columns_state(self, now: float, columns: np.ndarray) -> AllocationState:
+    def _columns_state(
+        self, now: float, columns: np.ndarray, alone: np.ndarray | None = None
+    ) -> AllocationState:
         """The allocation state over the agent slots `columns` (all frameworks), with the
-        whole cluster's totals and tolerance."""
+        whole cluster's totals and tolerance (and TSF's y_n, `alone`)."""
         n_f, n_a = self._framework_slots.size, self._agent_slots.size
         column = np.full(n_a, -1, dtype=np.int64)
         column[columns] = np.arange(len(columns))
@@ -796,6 +864,7 @@ class Engine:
             role_names=tuple(roles),
             role_weight=np.array([self.role_weights.get(r, 1.0) for r in roles]),
             whole_total=total,
+            alone=alone,
         )
         state = AllocationState(cluster, self.mode, known_demand=self._known[:n_f])
         state.tol = tol.copy()

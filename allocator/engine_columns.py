@@ -9,14 +9,40 @@ the selectors find nothing and draw nothing:
 - the agent pass (rrr online) skips an agent where nothing fits before any draw, so it
   visits the candidates in the order of the same permutation of all agents;
 - best fit and first fit choose among the agents where the framework fits, in agent order,
-  which are all candidates, and retire a framework that fits nowhere the same way.
+  which are all candidates, and retire a framework that fits nowhere the same way; with
+  waste ties they break a tie by gamma at each framework's agent, and for a framework that
+  fits nowhere at agent 0 of the run's state (`FrameworkFirst.next`), agent slot 0 of the
+  whole cluster in a dense run: such a run takes slot 0 as well (`with_first_agent`);
+- joint takes the argmin of the criterion over the feasible pairs, and draws among the tied
+  ones in (framework, agent) order: feasible pairs are all on candidates, in the same order
+  (at role level the (role, agent) pairs likewise);
+- FUGA's servers are the agents where something fits, ordered by (best mu, agent), and its
+  random agent for a framework with no executor yet is drawn among the agents where it
+  fits: all candidates, in the same order;
+- the random selection draws among every agent slot, one draw per agent at least, so the
+  run keeps them all alive and replays the draws that land off the candidates
+  (`allocator.engine_random`).
 
 A run is then progressive filling on a `Columns` cluster: all frameworks, the candidate
 agents in slot order, and the whole cluster's totals and tolerance, which DRF's shares, best
-fit's H and every fit test read. Criteria that read agents beyond the one served (TSF's
-tasks alone, a per-agent criterion's best share at role level when choosing a framework
-first, best and first fit with waste ties) and the selections that draw over all agents
-(random, joint, FUGA) are not run this way (`restrictable`).
+fit's H and every fit test read, and TSF's y_n (tasks alone, a sum over every agent the
+framework may use at that run), which the engine keeps across runs
+(`allocator.engine_alone`; a y_n past 2^53, where sums stop being exact, runs densely).
+
+What still takes a dense snapshot of every agent, and why (`restrictable`):
+
+- a per-agent criterion (PS-DSF, rPS-DSF, alpha-PS-DSF) at role level, with more than one
+  role, with best or first fit: the framework is chosen first, and roles are ordered by
+  their best share over every agent (`Criterion.role_column` with no agent), which over
+  the candidates is another minimum. It would need each role's minimum over all agents
+  kept across runs. (With one role the selectors serve frameworks as at framework level.)
+- Mesos role pools (`Engine.pooled_attribute`): an agent where a framework fits can be left
+  unserved when a lower role that is not offered it contests it (`Cluster.contested`,
+  `Selector._lowest_role`), so a run can end with room that fits, and whether the contest
+  still holds at the next run depends on shares that other agents' grants change: the
+  premise above (nothing fits anywhere after a run) fails, and with it the candidates.
+  The contest also reads the eligibility, refuse filters included, of each framework's own
+  copy of the agent, another agent slot, from (F, A) pool matrices (`Engine._pools`).
 """
 
 from __future__ import annotations
@@ -31,29 +57,42 @@ from allocator.policy.levels import Level
 from allocator.policy.selection import AgentPass, FillInputs, FrameworkFirst, Selection
 from allocator.policy.ties import RELATIVE_TIE, Ties
 
-#: Criteria that read only the holders' allocations and the agent being served.
-LOCAL_CRITERIA = frozenset({"drf", "psdsf", "rpsdsf", "alpha-psdsf"})
+#: Criteria that read only the holders' allocations and the agent being served (FUGA's is
+#: DRF), and TSF, whose y_n, summed over the whole cluster, a run reads from `Columns.alone`.
+LOCAL_CRITERIA = frozenset({"drf", "psdsf", "rpsdsf", "alpha-psdsf", "tsf", "fuga"})
 
 
 def restrictable(criterion: Criterion, selection: Selection, level: Level, ties: Ties) -> bool:
     """Whether a run over the candidate agents makes the grants a run over all would."""
     if criterion.name not in LOCAL_CRITERIA:
         return False
-    if selection is Selection.RRR:
+    if selection in (Selection.RRR, Selection.JOINT, Selection.FUGA, Selection.RANDOM):
         return True
     if selection in (Selection.BESTFIT, Selection.FIRSTFIT):
         # At role level a per-agent criterion orders roles by their best share over all
-        # agents when the framework is chosen first; waste ties rank a framework that fits
-        # nowhere by the first agent of the cluster.
-        return (level is Level.FRAMEWORK or not criterion.per_agent) and ties is Ties.RANDOM
+        # agents when the framework is chosen first (waste ties: `with_first_agent`).
+        return level is Level.FRAMEWORK or not criterion.per_agent
     return False
+
+
+def with_first_agent(columns: np.ndarray, selection: Selection, ties: Ties) -> np.ndarray:
+    """The candidates and agent slot 0 for best or first fit with waste ties, which rank a
+    framework that fits nowhere by gamma at the first agent of the run's state
+    (`FrameworkFirst.next`): slot 0 in a dense run. Nothing fits there unless it is a
+    candidate, and it comes first in slot order, so it changes nothing else."""
+    framework_first = selection in (Selection.BESTFIT, Selection.FIRSTFIT)
+    if not framework_first or ties is not Ties.WASTE or (columns.size and columns[0] == 0):
+        return columns
+    return np.concatenate([np.zeros(1, dtype=columns.dtype), columns])
 
 
 @dataclass(frozen=True, eq=False)
 class Columns(Cluster):
-    """Some agents of a cluster; C_r (`total`) is the whole cluster's."""
+    """Some agents of a cluster; C_r (`total`) is the whole cluster's, and so is TSF's y_n
+    (`alone`, (F,) for the frameworks' demands; `allocator.policy.tsf.tasks_alone`)."""
 
     whole_total: np.ndarray | None = None
+    alone: np.ndarray | None = None
 
     @property
     def total(self) -> np.ndarray:  # type: ignore[override]

@@ -13,6 +13,7 @@ back to back on the same machine. Results: benchmarks/results/engine.{json,md}.
 
     python -m benchmarks.bench_engine                      # both engines, every size
     python -m benchmarks.bench_engine --sizes 1000x100 --engine current
+    python -m benchmarks.bench_engine --scheduler drf/selection=joint   # EngineConfig changes
 """
 
 from __future__ import annotations
@@ -34,7 +35,13 @@ import numpy as np
 RESULTS = Path(__file__).resolve().parent / "results"
 ENGINES = {"current": "allocator.engine", "reference": "tests.support.reference_engine"}
 SIZES = ((1_000, 100), (10_000, 1_000), (50_000, 5_000))
-SCHEDULERS = ("rpsdsf", "drf", "bfdrf")
+SCHEDULERS = ("rpsdsf", "drf", "bfdrf", "tsf", "psdsf")
+#: Configurations measured beside the schedulers' own, as SCHEDULER/SETTING=VALUE,...
+#: (`EngineConfig.mesos` changes): the joint and FUGA selections, which run over the
+#: changed agents, and what still takes a dense snapshot per run (the random selection,
+#: waste ties with best fit, a per-agent criterion at role level with best fit).
+VARIANTS = ("drf/selection=joint", "fuga", "drf/selection=random", "bfdrf/ties=waste",
+            "psdsf/selection=bestfit")  # fmt: skip
 CHURN_TASKS = 10
 #: The dense engine holds int64 (F, A) matrices and copies them per run: past this many
 #: pairs it is not run (50,000 x 5,000 would need well over 10 GB).
@@ -50,8 +57,11 @@ What is left (issue 28):
   the wanting frameworks by share (O(F log F)) and walks the hopeless ones in Python: the
   10,000 x 1,000 tick is over the 5 ms target (below). Keeping the sorted order across
   picks (only the served framework's share changes) is the next step.
-- TSF, the random, joint and FUGA selections and Mesos role pools (`Engine.pooled_attribute`)
-  still take the dense snapshot per run (`allocator/engine_columns.py` says why each).
+- TSF (its y_n kept across runs, `allocator/engine_alone.py`), the joint, FUGA and random
+  selections run over the changed agents too. Waste ties with best or first fit, per-agent
+  criteria at role level with best or first fit and Mesos role pools
+  (`Engine.pooled_attribute`) still take the dense snapshot per run
+  (`allocator/engine_columns.py` says why each; `--variants` measures them).
 - The settling run (the first run, or after the configuration changes) still builds an
   (agents x frameworks) eligibility array over every agent; peak RSS above is that run's.
   BF-DRF's settling run is slower than the dense engine's (1.8 s against 1.1 s at
@@ -94,7 +104,9 @@ def run_case(agents: int, tenants: int, scheduler: str, engine_name: str, ticks:
     capacity = google_agent_capacities(agents, rng)
     demand = random_demands(tenants, rng)
     started = time.process_time()
-    engine = module.Engine(("cpus", "mem"), EngineConfig.mesos(scheduler, seed=0))
+    name, _, settings = scheduler.partition("/")
+    changes = dict(item.split("=", 1) for item in settings.split(",") if item)
+    engine = module.Engine(("cpus", "mem"), EngineConfig.mesos(name, seed=0, **changes))
     for i, (cpus, mem) in enumerate(capacity.tolist()):
         engine.add_agent(f"a{i}", {"cpus": cpus, "mem": mem})
     for n, (cpus, mem) in enumerate(demand.tolist()):
@@ -198,17 +210,20 @@ def verdicts(rows: list[dict]) -> list[str]:
 @click.option("--sizes", default=",".join(f"{a}x{t}" for a, t in SIZES), show_default=True)
 @click.option("--scheduler", "schedulers", multiple=True, default=SCHEDULERS, show_default=True)
 @click.option("--engine", "engines", multiple=True, default=("reference", "current"))
+@click.option("--variants", is_flag=True, help="also the VARIANTS configurations")
 @click.option("--ticks", default=20, show_default=True)
 @click.option("--one", default=None, help="AxT: run one case in this process, print JSON")
 @click.option("--no-write", is_flag=True, help="print the table, write no results")
 def main(
-    sizes: str, schedulers: tuple[str, ...], engines: tuple[str, ...], ticks: int,
-    one: str | None, no_write: bool,
+    sizes: str, schedulers: tuple[str, ...], engines: tuple[str, ...], variants: bool,
+    ticks: int, one: str | None, no_write: bool,
 ) -> None:  # fmt: skip
     if one is not None:
         agents, tenants = map(int, one.split("x"))
         print(json.dumps(run_case(agents, tenants, schedulers[0], engines[0], ticks)))
         return
+    if variants:
+        schedulers = (*schedulers, *VARIANTS)
     rows = []
     for size in sizes.split(","):
         agents, tenants = map(int, size.split("x"))

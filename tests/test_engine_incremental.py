@@ -11,26 +11,51 @@ agents only and the dense runs the engine keeps for the rest.
 from __future__ import annotations
 
 import dataclasses
+from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from allocator import engine_random
 from allocator.engine import Engine, EngineError
 from allocator.engine_config import EngineConfig
 from tests.support import reference_engine as reference
 
-CONFIGS = st.builds(
-    EngineConfig,
-    scheduler=st.sampled_from(["drf", "psdsf", "rpsdsf", "bfdrf", "tsf", "alpha-psdsf"]),
-    mode=st.sampled_from(["characterized", "oblivious"]),
-    selection=st.sampled_from([None, None, None, "firstfit", "bestfit", "random"]),
-    level=st.sampled_from(["role", "framework"]),
-    ties=st.sampled_from(["random", "waste"]),
-    trigger=st.sampled_from(["tick", "release"]),
-    seed=st.integers(0, 3),
-)
+SCHEDULERS = ["drf", "psdsf", "rpsdsf", "bfdrf", "tsf", "alpha-psdsf"]
+SELECTIONS = [None, None, None, "firstfit", "bestfit", "random"]
+
+
+def configs(
+    schedulers: list[str], selections: list[str | None], ties: tuple[str, ...] = ("random", "waste")
+) -> st.SearchStrategy:
+    return st.builds(
+        EngineConfig,
+        scheduler=st.sampled_from(schedulers),
+        mode=st.sampled_from(["characterized", "oblivious"]),
+        selection=st.sampled_from(selections),
+        level=st.sampled_from(["role", "framework"]),
+        ties=st.sampled_from(ties),
+        trigger=st.sampled_from(["tick", "release"]),
+        seed=st.integers(0, 3),
+    )
+
+
+CONFIGS = configs(SCHEDULERS, SELECTIONS)
+EVENTS = ["agent", "agent", "tenant", "tenant", "run", "run", "run", "release", "release",
+          "target", "capacity", "remove", "unregister", "refuse", "adopt"]  # fmt: skip
+#: TSF, whose y_n over the whole cluster the engine keeps across runs (`engine_alone`),
+#: with every selection it runs over the changed agents.
+TSF_CONFIGS = configs(["tsf"], [None, "firstfit", "bestfit"])
+#: The selections whose choice is among feasible pairs only, which are all on the changed
+#: agents: joint (its argmin and tie draws) and FUGA (its servers, its random agent).
+PAIR_CONFIGS = configs(["drf", "psdsf", "rpsdsf", "tsf", "alpha-psdsf", "fuga"], ["joint", "fuga"])
+#: Best and first fit with waste ties, which rank a framework that fits nowhere at agent
+#: slot 0 (`engine_columns.with_first_agent`).
+WASTE_CONFIGS = configs(SCHEDULERS, ["firstfit", "bestfit"], ("waste",))
+#: The random selection, whose draws over every agent slot the engine replays.
+RANDOM_CONFIGS = configs(["drf", "psdsf", "rpsdsf", "tsf", "alpha-psdsf"], ["random"])
 AMOUNT = st.sampled_from([0.5, 1.0, 2.0, 3.0, 4.0, 8.0])
 ZONES = st.sampled_from(["a", "b"])
 
@@ -59,6 +84,41 @@ def _plain(answer: object) -> object:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=CONFIGS, data=st.data())
 def test_same_grants_run_by_run(config: EngineConfig, data: st.DataObject) -> None:
+    same_grants_run_by_run(config, data)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=TSF_CONFIGS, data=st.data())
+def test_tsf_same_grants_run_by_run(config: EngineConfig, data: st.DataObject) -> None:
+    """Refuse filters, which take agents out of y_n for a run, twice as often."""
+    same_grants_run_by_run(config, data, [*EVENTS, "refuse"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=PAIR_CONFIGS, data=st.data())
+def test_joint_and_fuga_same_grants_run_by_run(config: EngineConfig, data: st.DataObject) -> None:
+    same_grants_run_by_run(config, data)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=WASTE_CONFIGS, data=st.data())
+def test_waste_ties_same_grants_run_by_run(config: EngineConfig, data: st.DataObject) -> None:
+    same_grants_run_by_run(config, data)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=RANDOM_CONFIGS, data=st.data())
+def test_random_same_grants_run_by_run(config: EngineConfig, data: st.DataObject) -> None:
+    """Half the examples look for the next candidate one draw at a time (the clusters here
+    are smaller than a batch)."""
+    batch = data.draw(st.sampled_from([engine_random.SMALLEST_BATCH, 1]))
+    with mock.patch.object(engine_random, "SMALLEST_BATCH", batch):
+        same_grants_run_by_run(config, data)
+
+
+def same_grants_run_by_run(
+    config: EngineConfig, data: st.DataObject, events: list[str] = EVENTS
+) -> None:
     resources = ("cpus", "mem")
     new, old = Engine(resources, config), reference.Engine(resources, config)
     agents: list[str] = []
@@ -66,12 +126,7 @@ def test_same_grants_run_by_run(config: EngineConfig, data: st.DataObject) -> No
     now = 0.0
     made = 0
     for step in range(data.draw(st.integers(5, 45))):
-        event = data.draw(
-            st.sampled_from(
-                ["agent", "agent", "tenant", "tenant", "run", "run", "run", "release",
-                 "release", "target", "capacity", "remove", "unregister", "refuse", "adopt"]
-            )
-        )  # fmt: skip
+        event = data.draw(st.sampled_from(events))
         if event == "agent":
             name = f"a{step}"
             capacity = {"cpus": data.draw(AMOUNT), "mem": data.draw(AMOUNT)}
@@ -180,3 +235,102 @@ def test_cluster_is_rebuilt_only_after_a_change() -> None:
     engine.set_capacity("a", {"cpus": 2.0, "mem": 2.0})
     assert engine.cluster().capacity.tolist() == [[2.0, 2.0]]
     assert np.array_equal(engine.cluster().eligible, [[True]])
+
+
+def _tsf_pair(engines: tuple[type, ...], seed: int) -> list:  # type: ignore[type-arg]
+    """Two tenants of one demand; `b` is refused the big agent, which leaves it 2 of the
+    10 tasks it could run alone (y_b = 2, y_a = 10)."""
+    built = []
+    for kind in engines:
+        engine = kind(("cpus", "mem"), EngineConfig.mesos("tsf", seed=seed))
+        engine.add_agent("big", {"cpus": 8.0, "mem": 8.0})
+        engine.add_agent("small", {"cpus": 2.0, "mem": 2.0})
+        engine.register("a", {"cpus": 1.0, "mem": 1.0}, target=3)
+        engine.register("b", {"cpus": 1.0, "mem": 1.0}, target=2)
+        engine.adopt("a", "big", 2)
+        engine.adopt("b", "small", 1)
+        engine.refuse("b", "big", 10.0)
+        built.append(engine)
+    return built
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tsf_runs_over_the_changed_agents_with_the_whole_clusters_tasks_alone(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TSF run builds no dense snapshot, and reads y_n as the dense run sums it: over
+    every agent, without those a refuse filter keeps from the tenant (x_a / y_a = 2 / 10
+    against x_b / y_b = 1 / 2: `a` is served first where both fit)."""
+    new, old = _tsf_pair((Engine, reference.Engine), seed)
+    assert new._tasks_alone(1.0).tolist() == [10.0, 2.0]
+    assert new._tasks_alone(11.0).tolist() == [10.0, 10.0]  # the filter has ended by then
+
+    def no_snapshot(now: float) -> None:
+        raise AssertionError("a TSF run took the dense snapshot")
+
+    monkeypatch.setattr(new, "snapshot", no_snapshot)
+    assert _plain(new.allocate(1.0)) == _plain(old.allocate(1.0))
+    new.remove_agent("small")
+    new.add_agent("small2", {"cpus": 3.0, "mem": 6.0})
+    new.set_capacity("big", {"cpus": 4.0, "mem": 8.0})
+    new.register("c", {"cpus": 2.0, "mem": 1.0}, target=1, constraints={"zone": "x"},
+                 require_fit=False)  # fmt: skip
+    assert new._tasks_alone(1.0).tolist() == [7.0, 3.0, 0.0]  # c: no agent in zone x
+    new.add_agent("zoned", {"cpus": 4.0, "mem": 4.0}, {"zone": "x"})
+    assert new._tasks_alone(11.0).tolist() == [11.0, 11.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"scheduler": "tsf"}, {"scheduler": "tsf", "mode": "oblivious"},
+     {"scheduler": "drf", "selection": "random"}, {"scheduler": "psdsf", "selection": "random"},
+     {"scheduler": "drf", "selection": "joint"}, {"scheduler": "fuga"}],
+)  # fmt: skip
+def test_churn_at_scale_as_the_dense_engine(changes: dict[str, str]) -> None:
+    """Hundreds of agents, most of them full: the runs after a few tasks end cover a few
+    agents among many (the random selection's draws span several batches)."""
+    rng = np.random.default_rng(7)
+    config = EngineConfig.mesos(seed=3, **changes)
+    new, old = Engine(("cpus", "mem"), config), reference.Engine(("cpus", "mem"), config)
+    for i in range(400):
+        capacity = {"cpus": float(rng.choice([4, 8, 16])), "mem": float(rng.choice([8, 16, 32]))}
+        _both(new, old, "add_agent", f"a{i}", capacity, {"zone": "ab"[i % 2]})
+    for n in range(30):
+        demand = {"cpus": float(rng.choice([0.5, 1, 2])), "mem": float(rng.choice([1, 2, 4]))}
+        constraints = {"zone": "a"} if n % 7 == 0 else {}
+        _both(new, old, "register", f"t{n}", demand, "*", 1.0, 1e6, constraints)
+    now = 0.0
+    _both(new, old, "allocate", now)
+    for _ in range(8):
+        now += 1.0
+        running = sorted(old.running.items())
+        for k in rng.choice(len(running), 5, replace=False):
+            (f, a), _held = running[k]
+            _both(new, old, "release", f, a, 1)
+        if now == 4.0:
+            _both(new, old, "refuse", "t1", running[0][0][1], now + 3.0)
+        assert _both(new, old, "allocate", now)
+    assert new.running == old.running
+
+
+def test_tsf_runs_densely_where_tasks_alone_are_past_exact_sums(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """y_n past 2^53 is no longer an exact sum of whole numbers: the run takes the dense
+    snapshot, as the frozen engine does, and makes its grants."""
+    new, old = (
+        kind(("cpus", "mem"), EngineConfig.mesos("tsf")) for kind in (Engine, reference.Engine)
+    )
+    for engine in (new, old):
+        engine.add_agent("huge", {"cpus": 1e16, "mem": 1e16})
+        engine.add_agent("small", {"cpus": 2.0, "mem": 2.0})
+        engine.register("t", {"cpus": 0.5, "mem": 0.5}, target=3)
+    assert new._tasks_alone(0.0) is None
+    dense = []
+    monkeypatch.setattr(
+        new, "snapshot", lambda now, _dense=new.snapshot: dense.append(now) or _dense(now)
+    )
+    got = new.allocate(0.0)
+    assert _plain(got) == _plain(old.allocate(0.0))
+    assert sum(g.tasks for g in got) == 3
+    assert dense == [0.0]

@@ -7,6 +7,10 @@ granted tasks stands in (a framework with no task yet has x_n = 0 and so criteri
 Unlike the share criteria, TSF reads the whole framework-level `AllocationState` (y_n needs
 the demand, `known_demand`), never a `Holdings` view: its role level is computed here
 (`role_column`) from the frameworks' task shares.
+
+y_n is the whole cluster's even where a run sees some agents only: an online engine run over
+the changed agents (`allocator.engine_columns.Columns`) carries the engine's y_n (`alone`),
+kept across runs as agents and frameworks come and go (`allocator.engine_alone`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,17 @@ import numpy as np
 
 from allocator.policy.base import CRITERIA, Criterion
 from allocator.state import AllocationState
+
+
+def whole_tasks(demand: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """(N, K) floor(gamma_{n,k}): whole tasks of each demand row on each empty capacity
+    (0 where no resource is asked for), elementwise as `Cluster.fit` computes gamma."""
+    gamma = np.full((len(demand), len(capacity)), np.inf)
+    for r in range(demand.shape[1]):
+        need = demand[:, r] > 0
+        if need.any():
+            gamma[need] = np.minimum(gamma[need], capacity[None, :, r] / demand[need, r, None])
+    return np.floor(np.where(np.isfinite(gamma), gamma, 0.0) + 1e-9)
 
 
 def tasks_alone(
@@ -28,15 +43,14 @@ def tasks_alone(
     2^53 (beyond, the per-agent sum of `Cluster.fit` is used).
     """
     cluster = state.cluster
+    known = getattr(cluster, "alone", None)  # the whole cluster's, on a run over some agents
+    if known is not None:
+        alone = known if rows is None else known[rows]
+        return np.where(np.isnan(demand).any(axis=1), np.nan, alone)
     capacity, kind = np.unique(cluster.capacity, axis=0, return_inverse=True)
     kind = kind.reshape(-1)
     d = np.nan_to_num(demand, nan=np.inf)
-    gamma = np.full((len(d), len(capacity)), np.inf)
-    for r in range(len(cluster.resources)):  # as Cluster.fit, on the distinct capacities
-        need = d[:, r] > 0
-        if need.any():
-            gamma[need] = np.minimum(gamma[need], capacity[None, :, r] / d[need, r, None])
-    whole = np.floor(np.where(np.isfinite(gamma), gamma, 0.0) + 1e-9)
+    whole = whole_tasks(d, capacity)  # as Cluster.fit, on the distinct capacities
     eligible = cluster.eligible if rows is None else cluster.eligible[rows]
     if eligible.all():
         agents = np.bincount(kind, minlength=len(capacity)).astype(float)
