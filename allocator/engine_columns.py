@@ -27,9 +27,10 @@ import numpy as np
 
 from allocator.model import Cluster
 from allocator.policy.base import Criterion
-from allocator.policy.levels import Level
+from allocator.policy.levels import Level, RoleHoldings
 from allocator.policy.selection import AgentPass, FillInputs, FrameworkFirst, Selection
 from allocator.policy.ties import RELATIVE_TIE, Ties
+from allocator.state import AllocationState, Mode
 
 #: Criteria that read only the holders' allocations and the agent being served.
 LOCAL_CRITERIA = frozenset({"drf", "psdsf", "rpsdsf", "alpha-psdsf"})
@@ -95,6 +96,7 @@ class ColumnsFirst(FrameworkFirst):
     def __init__(self, inputs: FillInputs, best: bool) -> None:
         super().__init__(inputs, best)
         state = self.state
+        self.shares = KeptShares.of(self.criterion, state, self.role_level)
         #: (F, agents) where one more task fits now, kept up to date grant by grant (the
         #: agents a grant changed, from the state's write stamps), when small enough.
         self.fits: np.ndarray | None = None
@@ -121,7 +123,22 @@ class ColumnsFirst(FrameworkFirst):
             self.fits[:, changed] = self._fits_at(changed)
             self.hopeful = self.fits.any(axis=1)
             self.seen = state.changes
-        return super().next()
+        if self.shares is not None:
+            self.shares.sync()
+        pick = super().next()
+        if pick is not None and self.shares is not None:
+            self.shares.serving(pick[0])
+        return pick
+
+    def _framework_values(self) -> np.ndarray:
+        if self.shares is not None:
+            return self.shares.values
+        return super()._framework_values()
+
+    def _role_values(self, agent: int | None) -> np.ndarray:
+        if self.shares is not None and self.shares.role_values is not None:
+            return self.shares.role_values
+        return super()._role_values(agent)
 
     def agent_for(self, framework: int) -> int:
         if self.hopeful is not None and not self.hopeful[framework]:
@@ -129,11 +146,13 @@ class ColumnsFirst(FrameworkFirst):
         return super().agent_for(framework)
 
     def _next_simple(self) -> tuple[int, int] | None:
-        if self.role_level:
+        if self.role_level or self.fits is None:
+            # The generic pass, over kept shares: without the fit matrix a sorted walk
+            # retires nothing cheaper, and sorting at every pick costs O(F log F).
             return super()._next_simple()
         state = self.state
         candidates = self.active & state.wanting()
-        values = self.criterion.values(state)
+        values = self._framework_values()
         index = np.flatnonzero(candidates)
         chosen = values[index]
         if index.size == 0 or not np.isfinite(chosen).all():
@@ -163,3 +182,89 @@ class ColumnsFirst(FrameworkFirst):
             else:
                 del order[at], sorted_values[at]
         return None
+
+
+#: Criteria whose value for a holder reads only that holder's allocation (and the cluster's
+#: totals and weights): a grant changes the served framework's value alone.
+ROW_LOCAL = frozenset({"drf"})
+
+
+class _Rows:
+    """Some holders' allocations, as a criterion reads them (`policy.base.Holdings`)."""
+
+    def __init__(self, alloc: np.ndarray, weight: np.ndarray, total: np.ndarray) -> None:
+        self.alloc = alloc
+        self.cluster = self
+        self.weight = weight
+        self.total = total
+
+
+class KeptShares:
+    """A row-local criterion's values of every framework, and at role level of every role,
+    kept grant by grant through one fill (characterized mode: a grant changes only the
+    served framework's allocation, and so its role's). Each kept value is recomputed with
+    the criterion's own float steps on its own row (a role's allocation as `RoleHoldings`
+    sums it: in framework order, from zero), so it equals what a full evaluation gives;
+    any other write to the state (a release, a grant this selector did not pick) makes
+    them all recomputed."""
+
+    def __init__(self, criterion: Criterion, state: AllocationState, role_level: bool) -> None:
+        self.criterion = criterion
+        self.state = state
+        self.values = np.array(criterion.values(state), dtype=float)
+        self.role_values: np.ndarray | None = None
+        if role_level:
+            roles = RoleHoldings.of(state)
+            self.role_alloc = np.array(roles.alloc, dtype=float)
+            self.role_values = np.array(criterion.values(roles), dtype=float)
+        self.members: dict[int, np.ndarray] = {}
+        self.seen = state.changes
+        self.served = -1
+        self.served_count = 0.0
+
+    @classmethod
+    def of(
+        cls, criterion: Criterion, state: AllocationState, role_level: bool
+    ) -> KeptShares | None:
+        if criterion.name not in ROW_LOCAL or state.mode is not Mode.CHARACTERIZED:
+            return None
+        return cls(criterion, state, role_level)
+
+    def serving(self, framework: int) -> None:
+        """The framework about to be granted a task."""
+        self.served = framework
+        self.served_count = float(self.state.count[framework])
+
+    def sync(self) -> None:
+        state = self.state
+        if state.changes == self.seen:
+            return
+        n = self.served
+        one_grant = (
+            state.changes == self.seen + 1 and n >= 0 and state.count[n] == self.served_count + 1
+        )
+        self.seen = state.changes
+        self.served = -1
+        if not one_grant:
+            fresh = KeptShares(self.criterion, state, self.role_values is not None)
+            self.values, self.role_values = fresh.values, fresh.role_values
+            if fresh.role_values is not None:
+                self.role_alloc = fresh.role_alloc
+            return
+        cluster = state.cluster
+        total = cluster.total
+        row = slice(n, n + 1)
+        self.values[n] = self.criterion.values(
+            _Rows(state.alloc[row], cluster.weight[row], total)  # type: ignore[arg-type]
+        )[0]
+        if self.role_values is None:
+            return
+        g = int(cluster.role_of[n])
+        members = self.members.get(g)
+        if members is None:
+            members = self.members[g] = np.flatnonzero(cluster.role_of == g)
+        self.role_alloc[g] = np.cumsum(state.alloc[members], axis=0)[-1]
+        assert cluster.role_weight is not None
+        self.role_values[g] = self.criterion.values(
+            _Rows(self.role_alloc[g : g + 1], cluster.role_weight[g : g + 1], total)  # type: ignore[arg-type]
+        )[0]

@@ -7,6 +7,7 @@ online engine; the policy code reads it and `grant`/`release` are the only write
 from __future__ import annotations
 
 from enum import StrEnum
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -71,7 +72,6 @@ class AllocationState:
         self.runnable = cluster.has_demand.copy()
         # d with inf for a resource a framework without demand lacks, so it fits nowhere.
         self.fit_demand = np.asfortranarray(np.nan_to_num(cluster.demand, nan=np.inf))
-        self.eligible_by_agent = np.ascontiguousarray(cluster.eligible.T)
         self.tol = 1e-9 * np.maximum(cluster.capacity.max(axis=0, initial=0.0), 1.0)
         self._wanting = self.runnable & (self.count < self.limit)
         #: Writes so far (grants and releases), and the write that last changed each agent's
@@ -81,6 +81,12 @@ class AllocationState:
         self.withheld = np.zeros_like(self.residual)
 
     # ---- feasibility -------------------------------------------------------------------
+    @cached_property
+    def eligible_by_agent(self) -> np.ndarray:
+        """(A, F) eligibility, contiguous by agent (what `fits_agent` reads); made on first
+        use, as framework-first fills never read it."""
+        return np.ascontiguousarray(self.cluster.eligible.T)
+
     def wanting(self) -> np.ndarray:
         """Frameworks that still want a task (runnable and below their task limit)."""
         return self._wanting

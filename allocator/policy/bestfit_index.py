@@ -26,6 +26,7 @@ either way, the switch does not change the result. Above `MAX_BYTES` it always s
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 
 from allocator.policy.bestfit import DemandShape, demand_shape, fit_distance
@@ -40,8 +41,134 @@ MAX_BYTES = 1 << 30
 SCANS_PER_FRAMEWORK = 0.5
 MIN_SCANS = 16
 
+#: Best fit by `CompiledScan` (False: numpy scans, then the index, as before).
+COMPILED = True
+
 #: Agents per block when many columns are recomputed at once (bounds the temporaries).
 _BLOCK = 1024
+
+
+@nb.njit(cache=True)
+def _scan_kernel(
+    eligible: np.ndarray,
+    demand: np.ndarray,
+    tol: np.ndarray,
+    residual: np.ndarray,
+    total: np.ndarray,
+    ref: int,
+    resources: np.ndarray,
+    terms: np.ndarray,
+    distance: np.ndarray,
+    tied: np.ndarray,
+) -> int:
+    """`best_fit_scan`'s feasibility, H and ties for one framework of valid shape, with the
+    same float steps (`AllocationState.fits_framework`, `bestfit.shape_distance`,
+    `ties.pick_lowest`): the tied agents in `tied[:k]`, ascending; returns k, -1 when
+    nothing is feasible, -2 when the least H is not finite (the caller decides then)."""
+    n_a, n_r = residual.shape
+    low = np.inf
+    feasible = 0
+    undefined = False  # a NaN H among the feasible
+    for i in range(n_a):
+        ok = eligible[i]
+        for r in range(n_r):
+            if ok and demand[r] > 0 and not residual[i, r] >= demand[r] - tol[r]:
+                ok = False
+        if not ok:
+            distance[i] = np.nan
+            continue
+        feasible += 1
+        res_ref = residual[i, ref] / total[ref]
+        if res_ref <= 0:
+            h = np.inf
+        else:
+            scale = 1.0 / res_ref
+            h = 0.0
+            for j in range(resources.shape[0]):
+                r = resources[j]
+                gap = abs(terms[j] - residual[i, r] * (scale / total[r]))
+                h = gap if j == 0 else h + gap
+        distance[i] = h
+        if np.isnan(h):
+            undefined = True
+        elif h < low:
+            low = h
+    if feasible == 0:
+        return -1
+    if undefined or not np.isfinite(low):
+        return -2
+    limit = low + RELATIVE_TIE * max(1.0, abs(low))
+    k = 0
+    for i in range(n_a):
+        if distance[i] <= limit:  # NaN (infeasible) compares False
+            tied[k] = i
+            k += 1
+    return k
+
+
+class _Shapes:
+    """`bestfit.demand_shape` of each framework's known demand, as kernel arguments, made
+    once per fill and again only when a demand becomes known (oblivious mode)."""
+
+    def __init__(self, state: AllocationState) -> None:
+        self.state = state
+        self.version = state.demand_version
+        self.shapes: dict[int, tuple[int, np.ndarray, np.ndarray] | None] = {}
+
+    def of(self, framework: int) -> tuple[int, np.ndarray, np.ndarray] | None:
+        """(ref, resources, terms), or None when H is not a shape match (demand unknown, or
+        no task of it fits anywhere)."""
+        state = self.state
+        if state.demand_version != self.version:
+            self.version = state.demand_version
+            self.shapes.clear()
+        if framework not in self.shapes:
+            demand = state.known_demand[framework]
+            shape = None
+            if not np.isnan(demand).any():
+                found = demand_shape(demand, state.cluster.total)
+                if found.valid:
+                    resources = np.array(found.resources, dtype=np.int64)
+                    shape = (found.ref, resources, np.array(found.terms, dtype=float))
+            self.shapes[framework] = shape
+        return self.shapes[framework]
+
+
+class CompiledScan:
+    """`best_fit_scan` compiled: the same agent and the same draws, in one pass over the
+    agents instead of a dozen numpy passes; a shape it does not cover goes to the scan."""
+
+    def __init__(self, state: AllocationState, rng: np.random.Generator) -> None:
+        self.state = state
+        self.rng = rng
+        self.shapes = _Shapes(state)
+        n_a = state.cluster.n_agents
+        self.distance = np.empty(n_a)
+        self.tied = np.empty(n_a, dtype=np.int64)
+
+    def best(self, framework: int) -> int:
+        state = self.state
+        shape = self.shapes.of(framework)
+        if shape is None:
+            return best_fit_scan(state, framework, self.rng)
+        ref, resources, terms = shape
+        k = _scan_kernel(
+            state.cluster.eligible[framework],
+            state.fit_demand[framework],
+            state.tol,
+            state.residual,
+            state.cluster.total,
+            ref,
+            resources,
+            terms,
+            self.distance,
+            self.tied,
+        )
+        if k == -2:
+            return best_fit_scan(state, framework, self.rng)
+        if k <= 1:
+            return -1 if k < 0 else int(self.tied[0])
+        return int(self.tied[self.rng.integers(k)])
 
 
 def best_fit_scan(state: AllocationState, framework: int, rng: np.random.Generator) -> int:
@@ -69,11 +196,15 @@ class BestFit:
         budget = max(int(SCANS_PER_FRAMEWORK * cluster.n_frameworks), MIN_SCANS)
         #: Scans left before building the index (None: never build it).
         self.scans_left: int | None = budget if affordable else None
+        #: Compiled scans on every lookup (as fast as the index's, without building it).
+        self.compiled = CompiledScan(state, rng) if COMPILED else None
 
     def best(self, framework: int) -> int:
         """The best-fit feasible agent for `framework` (random among ties), or -1."""
         if self.index is not None:
             return self.index.best(framework)
+        if self.compiled is not None:
+            return self.compiled.best(framework)
         if self.scans_left is not None:
             if self.scans_left <= 0:
                 self.index = BestFitIndex(self.state, self.rng)
