@@ -213,6 +213,10 @@ class Engine:
         self._cluster: tuple[int, Cluster] | None = None
         self._sums: tuple[int, np.ndarray, np.ndarray] | None = None
         self._capacity_version = 0  # moves whenever an agent's capacity or the agents change
+        self._roles_version = 0  # moves whenever `_roles` does
+        self._role_weights: tuple[int, EngineConfig, np.ndarray] | None = None
+        # (capacity version, the distinct capacity rows, the largest |capacity| per resource)
+        self._shapes: tuple[int, np.ndarray, np.ndarray] | None = None
         minimum = MIN_ALLOCATABLE if min_allocatable is None else min_allocatable
         self._min_allocatable = np.array([minimum.get(r, np.inf) for r in self.resources])
 
@@ -361,9 +365,7 @@ class Engine:
         vector = self._vector(demand, f"framework {name!r} demand")
         constraints = dict(constraints or {})
         row = self._constraint_row(constraints)
-        n_a = self._agent_slots.size
-        fits = (vector <= self._capacity[:n_a] + 1e-9).all(axis=1) & row[:n_a]
-        if require_fit and self.agents and not fits.any():
+        if require_fit and self.agents and not self._fits_some_agent(vector, row, constraints):
             raise EngineError(f"framework {name!r}: demand fits no registered agent")
         record = FrameworkRecord(
             name,
@@ -379,6 +381,7 @@ class Engine:
         self._resize()
         if role not in self._roles:
             self._roles.append(role)
+            self._roles_version += 1
         self._demand[slot] = vector
         self._known[slot] = vector if record.declared else np.nan
         self._weight[slot] = record.weight
@@ -392,6 +395,26 @@ class Engine:
         self._names = None
         self._rescan.add(slot)
         self.run_now = self._dirty = True
+
+    def _fits_some_agent(
+        self, vector: np.ndarray, row: np.ndarray, constraints: dict[str, object]
+    ) -> bool:
+        """Whether one task of `vector` fits on some registered agent that `row` allows
+        (unconstrained: on some distinct capacity, of which there are few)."""
+        n_a = self._agent_slots.size
+        capacity = self._capacity[:n_a][row[:n_a]] if constraints else self._capacity_shapes()[0]
+        return bool((vector <= capacity + 1e-9).all(axis=1).any())
+
+    def _capacity_shapes(self) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct capacity rows of the live agents, and the largest |capacity| of each
+        resource over all agent slots (built again only when capacities changed)."""
+        if self._shapes is None or self._shapes[0] != self._capacity_version:
+            n_a = self._agent_slots.size
+            capacity = self._capacity[:n_a]
+            distinct = np.unique(capacity[self._live[:n_a]], axis=0)
+            largest = np.abs(capacity).max(axis=0) if n_a else np.zeros(len(self.resources))
+            self._shapes = (self._capacity_version, distinct, largest)
+        return self._shapes[1], self._shapes[2]
 
     def unregister(self, name: str) -> list[tuple[str, int]]:
         """Remove a framework; returns its (agent, tasks) still running (now freed)."""
@@ -430,6 +453,7 @@ class Engine:
         if (self._active & (self._role == role)).any():
             return
         del self._roles[role]
+        self._roles_version += 1
         dropped = self._role == role  # free slots only
         self._role[self._role > role] -= 1
         self._role[dropped] = 0
@@ -678,10 +702,13 @@ class Engine:
         )
 
     def _role_weight(self, roles: list[str]) -> np.ndarray:
-        weights = self.role_weights
-        if not weights:
-            return np.ones(len(roles))
-        return np.array([weights.get(r, 1.0) for r in roles])
+        """Each role's weight, a copy (built again only when the roles or the config moved)."""
+        cached = self._role_weights
+        if cached is None or cached[0] != self._roles_version or cached[1] is not self.config:
+            weights = self.role_weights
+            built = np.array([weights.get(r, 1.0) for r in roles], dtype=float)
+            cached = self._role_weights = (self._roles_version, self.config, built)
+        return cached[2].copy()
 
     def _contested_matrix(self, n_f: int, n_a: int, eligible: np.ndarray) -> np.ndarray | None:
         """Cluster.contested: the constraints without the pooled attribute, and only where the
@@ -741,7 +768,7 @@ class Engine:
         if wanting:
             residual = self._capacity[:n_a] - self._used[:n_a]
             # Looser than any fit test of a run (1e-9 of the largest capacity).
-            room = residual + 1e-6 * np.maximum(np.abs(self._capacity[:n_a]).max(axis=0), 1.0)
+            room = residual + 1e-6 * np.maximum(self._capacity_shapes()[1], 1.0)
             for n in wanting:
                 fits = live.copy() if n not in self._rows else self._rows[n][:n_a] & live
                 for r, d in enumerate(self._demand[n]):
@@ -856,8 +883,7 @@ class Engine:
             role_weight=self._role_weight(roles),
             whole_total=total,
         )
-        state = AllocationState(cluster, self.mode, known_demand=self._known[:n_f])
-        state.tol = tol.copy()
+        state = AllocationState(cluster, self.mode, known_demand=self._known[:n_f], tol=tol)
         # The run's own grants only: nothing in a run reads x_{n,i}, and the engine records
         # the grants in its maps (`_record`).
         state.load(_Placements(), self._count[:n_f], self._used[columns])  # type: ignore[arg-type]

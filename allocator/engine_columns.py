@@ -21,6 +21,7 @@ first, best and first fit with waste ties) and the selections that draw over all
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -184,19 +185,23 @@ class ColumnsFirst(FrameworkFirst):
         return None
 
 
+def _drf_share(alloc: list[float], total: list[float], weight: float) -> float:
+    """One holder's `DRF.values`, on Python floats (the same IEEE steps as `max_ratio` over
+    the resources the cluster has, then the division by the weight)."""
+    share: float | None = None
+    for held, whole in zip(alloc, total, strict=True):
+        if whole <= 0:
+            continue
+        ratio = held / whole
+        if share is None or ratio > share or math.isnan(ratio):  # np.maximum keeps a NaN
+            share = ratio if share is None or not math.isnan(share) else share
+    return (0.0 if share is None else share) / weight
+
+
 #: Criteria whose value for a holder reads only that holder's allocation (and the cluster's
-#: totals and weights): a grant changes the served framework's value alone.
-ROW_LOCAL = frozenset({"drf"})
-
-
-class _Rows:
-    """Some holders' allocations, as a criterion reads them (`policy.base.Holdings`)."""
-
-    def __init__(self, alloc: np.ndarray, weight: np.ndarray, total: np.ndarray) -> None:
-        self.alloc = alloc
-        self.cluster = self
-        self.weight = weight
-        self.total = total
+#: totals and weights), by the function that computes one holder's value: a grant changes
+#: the served framework's value alone.
+ROW_LOCAL = {"drf": _drf_share}
 
 
 class KeptShares:
@@ -218,6 +223,7 @@ class KeptShares:
             self.role_alloc = np.array(roles.alloc, dtype=float)
             self.role_values = np.array(criterion.values(roles), dtype=float)
         self.members: dict[int, np.ndarray] = {}
+        self.total = state.cluster.total.tolist()
         self.seen = state.changes
         self.served = -1
         self.served_count = 0.0
@@ -252,19 +258,15 @@ class KeptShares:
                 self.role_alloc = fresh.role_alloc
             return
         cluster = state.cluster
-        total = cluster.total
-        row = slice(n, n + 1)
-        self.values[n] = self.criterion.values(
-            _Rows(state.alloc[row], cluster.weight[row], total)  # type: ignore[arg-type]
-        )[0]
+        share = ROW_LOCAL[self.criterion.name]
+        self.values[n] = share(state.alloc[n].tolist(), self.total, float(cluster.weight[n]))
         if self.role_values is None:
             return
         g = int(cluster.role_of[n])
         members = self.members.get(g)
         if members is None:
             members = self.members[g] = np.flatnonzero(cluster.role_of == g)
-        self.role_alloc[g] = np.cumsum(state.alloc[members], axis=0)[-1]
+        held = np.cumsum(state.alloc[members], axis=0)[-1]
+        self.role_alloc[g] = held
         assert cluster.role_weight is not None
-        self.role_values[g] = self.criterion.values(
-            _Rows(self.role_alloc[g : g + 1], cluster.role_weight[g : g + 1], total)  # type: ignore[arg-type]
-        )[0]
+        self.role_values[g] = share(held.tolist(), self.total, float(cluster.role_weight[g]))
