@@ -49,44 +49,71 @@ _BLOCK = 1024
 
 
 @nb.njit(cache=True)
+def _agent_shapes(
+    residual: np.ndarray,
+    total: np.ndarray,
+    ref: int,
+    agents: np.ndarray,
+    shape: np.ndarray,
+    empty: np.ndarray,
+) -> None:
+    """The agent half of H (`bestfit.shape_distance`'s float steps) for reference resource
+    `ref` at `agents`: shape[i, r] = residual_r * (scale / C_r) with scale = 1 /
+    (residual_ref / C_ref), and `empty[i]` where residual_ref / C_ref <= 0 (H = +inf)."""
+    n_r = residual.shape[1]
+    for k in range(agents.shape[0]):
+        i = agents[k]
+        res_ref = residual[i, ref] / total[ref]
+        is_empty = res_ref <= 0
+        scale = 1.0 / (1.0 if is_empty else res_ref)
+        for r in range(n_r):
+            if r != ref and total[r] > 0:
+                shape[i, r] = residual[i, r] * (scale / total[r])
+        empty[i] = is_empty
+
+
+@nb.njit(cache=True)
 def _scan_kernel(
     eligible: np.ndarray,
     demand: np.ndarray,
     tol: np.ndarray,
     residual: np.ndarray,
-    total: np.ndarray,
-    ref: int,
+    shape: np.ndarray,
+    empty: np.ndarray,
     resources: np.ndarray,
     terms: np.ndarray,
     distance: np.ndarray,
     tied: np.ndarray,
 ) -> int:
     """`best_fit_scan`'s feasibility, H and ties for one framework of valid shape, with the
-    same float steps (`AllocationState.fits_framework`, `bestfit.shape_distance`,
-    `ties.pick_lowest`): the tied agents in `tied[:k]`, ascending; returns k, -1 when
-    nothing is feasible, -2 when the least H is not finite (the caller decides then)."""
+    same float steps (`AllocationState.fits_framework`, `bestfit.shape_distance` on the
+    agents' kept halves `shape`/`empty`, `ties.pick_lowest`): the tied agents in
+    `tied[:k]`, ascending; returns k, -1 when nothing is feasible, -2 when the least H is
+    not finite (the caller decides then)."""
     n_a, n_r = residual.shape
+    floor = np.full(n_r, -np.inf)
+    for r in range(n_r):
+        if demand[r] > 0:
+            floor[r] = demand[r] - tol[r]
     low = np.inf
     feasible = 0
     undefined = False  # a NaN H among the feasible
     for i in range(n_a):
         ok = eligible[i]
-        for r in range(n_r):
-            if ok and demand[r] > 0 and not residual[i, r] >= demand[r] - tol[r]:
-                ok = False
+        r = 0
+        while ok and r < n_r:
+            ok = residual[i, r] >= floor[r]
+            r += 1
         if not ok:
             distance[i] = np.nan
             continue
         feasible += 1
-        res_ref = residual[i, ref] / total[ref]
-        if res_ref <= 0:
+        if empty[i]:
             h = np.inf
         else:
-            scale = 1.0 / res_ref
             h = 0.0
             for j in range(resources.shape[0]):
-                r = resources[j]
-                gap = abs(terms[j] - residual[i, r] * (scale / total[r]))
+                gap = abs(terms[j] - shape[i, resources[j]])
                 h = gap if j == 0 else h + gap
         distance[i] = h
         if np.isnan(h):
@@ -145,30 +172,58 @@ class CompiledScan:
         n_a = state.cluster.n_agents
         self.distance = np.empty(n_a)
         self.tied = np.empty(n_a, dtype=np.int64)
+        #: The agents' halves of H by reference resource, as of write `seen`.
+        self.halves: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.seen = state.changes
+        self.last = -1  # the agent returned last: usually the only one changed since
+
+    def _halves(self, ref: int) -> tuple[np.ndarray, np.ndarray]:
+        state = self.state
+        now = state.changes
+        if now != self.seen and self.halves:
+            if now == self.seen + 1 and self.last >= 0 and state.changed_at[self.last] == now:
+                changed = np.array([self.last])
+            else:
+                changed = np.flatnonzero(state.changed_at > self.seen)
+            for at, (shape, empty) in self.halves.items():
+                _agent_shapes(state.residual, state.cluster.total, at, changed, shape, empty)
+        self.seen = now
+        if ref not in self.halves:
+            n_a, n_r = state.residual.shape
+            shape, empty = np.zeros((n_a, n_r)), np.zeros(n_a, dtype=bool)
+            every = np.arange(n_a)
+            _agent_shapes(state.residual, state.cluster.total, ref, every, shape, empty)
+            self.halves[ref] = (shape, empty)
+        return self.halves[ref]
 
     def best(self, framework: int) -> int:
         state = self.state
-        shape = self.shapes.of(framework)
-        if shape is None:
-            return best_fit_scan(state, framework, self.rng)
-        ref, resources, terms = shape
-        k = _scan_kernel(
-            state.cluster.eligible[framework],
-            state.fit_demand[framework],
-            state.tol,
-            state.residual,
-            state.cluster.total,
-            ref,
-            resources,
-            terms,
-            self.distance,
-            self.tied,
-        )
-        if k == -2:
-            return best_fit_scan(state, framework, self.rng)
-        if k <= 1:
-            return -1 if k < 0 else int(self.tied[0])
-        return int(self.tied[self.rng.integers(k)])
+        found = self.shapes.of(framework)
+        if found is None:
+            agent = best_fit_scan(state, framework, self.rng)
+        else:
+            ref, resources, terms = found
+            shape, empty = self._halves(ref)
+            k = _scan_kernel(
+                state.cluster.eligible[framework],
+                state.fit_demand[framework],
+                state.tol,
+                state.residual,
+                shape,
+                empty,
+                resources,
+                terms,
+                self.distance,
+                self.tied,
+            )
+            if k == -2:
+                agent = best_fit_scan(state, framework, self.rng)
+            elif k <= 1:
+                agent = -1 if k < 0 else int(self.tied[0])
+            else:
+                agent = int(self.tied[self.rng.integers(k)])
+        self.last = agent
+        return agent
 
 
 def best_fit_scan(state: AllocationState, framework: int, rng: np.random.Generator) -> int:
