@@ -24,13 +24,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numba as nb
 import numpy as np
 
 from allocator.model import Cluster
 from allocator.policy.base import Criterion
 from allocator.policy.levels import Level, RoleHoldings
 from allocator.policy.selection import AgentPass, FillInputs, FrameworkFirst, Selection
-from allocator.policy.ties import RELATIVE_TIE, Ties
+from allocator.policy.ties import RELATIVE_TIE, Ties, pick_lowest
 from allocator.state import AllocationState, Mode
 
 #: Criteria that read only the holders' allocations and the agent being served.
@@ -98,6 +99,9 @@ class ColumnsFirst(FrameworkFirst):
         super().__init__(inputs, best)
         state = self.state
         self.shares = KeptShares.of(self.criterion, state, self.role_level)
+        n_roles = len(state.cluster.role_names)
+        self._tied = np.empty(max(state.cluster.n_frameworks, n_roles), dtype=np.int64)
+        self._has = np.zeros(n_roles, dtype=bool)
         #: (F, agents) where one more task fits now, kept up to date grant by grant (the
         #: agents a grant changed, from the state's write stamps), when small enough.
         self.fits: np.ndarray | None = None
@@ -150,6 +154,8 @@ class ColumnsFirst(FrameworkFirst):
         if self.role_level or self.fits is None:
             # The generic pass, over kept shares: without the fit matrix a sorted walk
             # retires nothing cheaper, and sorting at every pick costs O(F log F).
+            if self.shares is not None:
+                return self._next_compiled(self.shares)
             return super()._next_simple()
         state = self.state
         candidates = self.active & state.wanting()
@@ -183,6 +189,114 @@ class ColumnsFirst(FrameworkFirst):
             else:
                 del order[at], sorted_values[at]
         return None
+
+    def _next_compiled(self, shares: KeptShares) -> tuple[int, int] | None:
+        """`FrameworkFirst._next_simple` on kept shares, each narrowing (the lowest role,
+        then the lowest framework in it) one compiled pass, the draws made here as
+        `ties.pick_lowest` makes them; a least value that is not finite goes to
+        `pick_lowest` itself at the same point."""
+        state = self.state
+        cluster = state.cluster
+        role_of = cluster.role_of
+        values = shares.values
+        while True:  # each pass returns or retires a framework that fits nowhere
+            wanting = state.wanting()
+            role = -1
+            if self.role_level:
+                assert shares.role_values is not None
+                k = _role_ties(self.active, wanting, role_of, shares.role_values, self._has,
+                               self._tied)  # fmt: skip
+                if k == 0:
+                    return None  # no candidate at all
+                role = self._draw(k, shares.role_values, self._has)
+            k = _framework_ties(self.active, wanting, role_of, role, values, self._tied)
+            if k == 0:
+                return None
+            candidates = None
+            if k < 0:
+                candidates = self.active & wanting
+                if role >= 0:
+                    candidates &= role_of == role
+            framework = self._draw(k, values, candidates)
+            if framework < 0:
+                return None
+            where = self.agent_for(framework)
+            if where >= 0:
+                return framework, where
+            self.active[framework] = False
+
+    def _draw(self, k: int, values: np.ndarray, mask: np.ndarray | None) -> int:
+        """The pick among `k` tied (in `_tied`), or `pick_lowest` over `mask` (k < 0)."""
+        if k < 0:
+            assert mask is not None
+            return pick_lowest(values, mask, self.rng)
+        if k == 1:
+            return int(self._tied[0])
+        return int(self._tied[self.rng.integers(k)])
+
+
+@nb.njit(cache=True)
+def _tied_within(values: np.ndarray, low: float, mask_of: np.ndarray, tied: np.ndarray) -> int:
+    """Indices i (ascending) with mask_of[i] and values[i] within `RELATIVE_TIE` of `low`."""
+    limit = low + RELATIVE_TIE * max(1.0, abs(low))
+    k = 0
+    for i in range(values.shape[0]):
+        if mask_of[i] and values[i] <= limit:
+            tied[k] = i
+            k += 1
+    return k
+
+
+@nb.njit(cache=True)
+def _role_ties(active: np.ndarray, wanting: np.ndarray, role_of: np.ndarray,
+               role_values: np.ndarray, has: np.ndarray, tied: np.ndarray) -> int:  # fmt: skip
+    """The roles with a candidate framework (active and wanting) in `has`, and those tied
+    for the least value among them in `tied`: their count, 0 when no framework is a
+    candidate, -1 when the least is not finite (NaN included, as numpy's min gives it)."""
+    has[:] = False
+    found = False
+    for n in range(active.shape[0]):
+        if active[n] and wanting[n]:
+            has[role_of[n]] = True
+            found = True
+    if not found:
+        return 0
+    low = np.inf
+    for g in range(role_values.shape[0]):
+        if has[g]:
+            if np.isnan(role_values[g]):
+                return -1
+            low = min(low, role_values[g])
+    if not np.isfinite(low):
+        return -1
+    return _tied_within(role_values, low, has, tied)
+
+
+@nb.njit(cache=True)
+def _framework_ties(active: np.ndarray, wanting: np.ndarray, role_of: np.ndarray, role: int,
+                    values: np.ndarray, tied: np.ndarray) -> int:  # fmt: skip
+    """The candidate frameworks (active, wanting, of `role` unless it is -1) tied for the
+    least value in `tied`: their count, 0 when there is no candidate, -1 when the least
+    is not finite (NaN included: `masked.argmin()` stops at the first NaN)."""
+    low = np.inf
+    found = False
+    for n in range(active.shape[0]):
+        if active[n] and wanting[n] and (role < 0 or role_of[n] == role):
+            found = True
+            if np.isnan(values[n]):
+                return -1
+            low = min(low, values[n])
+    if not found:
+        return 0
+    if not low < np.inf:
+        return -1
+    limit = low + RELATIVE_TIE * max(1.0, abs(low))
+    k = 0
+    for n in range(active.shape[0]):
+        if active[n] and wanting[n] and (role < 0 or role_of[n] == role) and values[n] <= limit:
+            tied[k] = n
+            k += 1
+    return k
 
 
 def _drf_share(alloc: list[float], total: list[float], weight: float) -> float:
