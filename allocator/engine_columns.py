@@ -87,13 +87,17 @@ SMALL_TIE = 64
 
 class ColumnsFirst(FrameworkFirst):
     """Framework-first selection (best fit, first fit) over the candidate agents, for an
-    agent-independent criterion, random ties and one level: picks as
-    `FrameworkFirst._next_simple` does, with the same draws, without its O(F) pass per
-    pick. Within one call the values do not change, so the frameworks are sorted by value
-    once; the lowest group (within `RELATIVE_TIE`) in index order is what `nonzero` would
-    give. Where each framework fits is kept grant by grant (a grant changes one agent), so
-    a framework that fits nowhere is retired without a best-fit scan, which would find
-    nothing and draw nothing."""
+    agent-independent criterion and random ties: picks as `FrameworkFirst._next_simple`
+    does, with the same draws.
+
+    With a fit matrix (few frameworks x agents, the churn run) and one level: within one
+    call the values do not change, so the frameworks are sorted by value once; the lowest
+    group (within `RELATIVE_TIE`) in index order is what `nonzero` would give. Where each
+    framework fits is kept grant by grant (a grant changes one agent), so a framework that
+    fits nowhere is retired without a best-fit scan, which would find nothing and draw
+    nothing. Otherwise (role level, many agents) for DRF the frameworks' and roles' shares
+    are kept through the run (`KeptShares`) and each pick is two compiled passes
+    (`_next_compiled`)."""
 
     def __init__(self, inputs: FillInputs, best: bool) -> None:
         super().__init__(inputs, best)

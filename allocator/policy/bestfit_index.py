@@ -18,8 +18,17 @@ Changed agents come from the state's write counter and per-agent stamps
 (`AllocationState.changes`, `changed_at`); no agent's residual changes any other way.
 Memory is 8 F A bytes (80 MB at 1,000 frameworks x 10,000 agents).
 
-Building the index costs about as much as F/2 scans, too much for an allocation run that
-serves a handful of tasks, so `BestFit` (what a selector holds) scans for the first lookups
+`CompiledScan` (what `BestFit`, the selector's lookup, uses by default: `COMPILED`) is the
+scan compiled: one pass over the agents per lookup, with the agents' half of H (their
+residual shape, `bestfit.shape_distance`'s float steps) kept through the fill and
+recomputed only for the agents a write changed, so a lookup makes only compares and
+subtractions, the same H and the same draws as `best_fit_scan`; shapes it does not cover
+(an unknown demand, one that fits nowhere, a least H that is not finite) go to the scan.
+It needs no (F, A) matrix and nothing to build, and it is faster per lookup than the
+index at 10,000 agents (the online engine's runs over many agents with a few grants each).
+
+With `COMPILED` off: building the index costs about as much as F/2 scans, too much for an
+allocation run that serves a handful of tasks, so `BestFit` scans for the first lookups
 and builds the index only once a fill has made that many; with the same answers and draws
 either way, the switch does not change the result. Above `MAX_BYTES` it always scans.
 """
