@@ -112,9 +112,13 @@ class ColumnsFirst(FrameworkFirst):
         self.hopeful: np.ndarray | None = None
         self.seen = state.changes
         n_f, n_a = state.cluster.n_frameworks, state.cluster.n_agents
-        if n_f * n_a <= HOPELESS_PAIRS:
+        # The compiled pick (`_pick_loop`) finds the frameworks that fit nowhere itself.
+        compiled = self.role_level and self.shares is not None
+        if n_f * n_a <= HOPELESS_PAIRS and not compiled:
             self.fits = self._fits_at(np.arange(n_a))
             self.hopeful = self.fits.any(axis=1)
+        self._floor: np.ndarray | None = None  # (F, R) d - tol where d > 0, -inf elsewhere
+        self._witness = np.full(n_f, -1, dtype=np.int64)  # an agent where each fitted
 
     def _fits_at(self, agents: np.ndarray) -> np.ndarray:
         """(F, len(agents)) as `AllocationState.fits_framework` tests each pair."""
@@ -195,6 +199,39 @@ class ColumnsFirst(FrameworkFirst):
         return None
 
     def _next_compiled(self, shares: KeptShares) -> tuple[int, int] | None:
+        """`FrameworkFirst._next_simple` on kept shares: `_pick_loop` draws the framework
+        and retires those that fit nowhere; with a share that is not finite, the passes
+        of `_next_stepwise` instead."""
+        state = self.state
+        if self._floor is None:
+            demand = state.fit_demand
+            with np.errstate(invalid="ignore"):
+                self._floor = np.where(demand > 0, demand - state.tol, -np.inf)
+        while True:  # each pass returns or retires a framework that fits nowhere
+            framework = _pick_loop(
+                self.active,
+                state.wanting(),
+                state.cluster.role_of,
+                len(state.cluster.role_names) if self.role_level else 0,
+                shares.values,
+                shares.values if shares.role_values is None else shares.role_values,
+                state.cluster.eligible,
+                self._floor,
+                state.residual,
+                self._witness,
+                self.rng,
+                self._tied,
+            )
+            if framework == -2:
+                return self._next_stepwise(shares)
+            if framework < 0:
+                return None
+            where = self.agent_for(framework)
+            if where >= 0:
+                return framework, where
+            self.active[framework] = False
+
+    def _next_stepwise(self, shares: KeptShares) -> tuple[int, int] | None:
         """`FrameworkFirst._next_simple` on kept shares, each narrowing (the lowest role,
         then the lowest framework in it) one compiled pass, the draws made here as
         `ties.pick_lowest` makes them; a least value that is not finite goes to
@@ -237,6 +274,98 @@ class ColumnsFirst(FrameworkFirst):
         if k == 1:
             return int(self._tied[0])
         return int(self._tied[self.rng.integers(k)])
+
+
+@nb.njit(cache=True)
+def _fits_somewhere(n: int, eligible: np.ndarray, floor: np.ndarray, residual: np.ndarray,
+                    witness: np.ndarray) -> bool:  # fmt: skip
+    """Whether one task of framework n fits on some agent (`fits_framework(n).any()`),
+    trying first the agent where it last fitted."""
+    n_a, n_r = residual.shape
+    first = witness[n]
+    for step in range(-1 if first >= 0 else 0, n_a):
+        i = first if step < 0 else step
+        ok = eligible[n, i]
+        r = 0
+        while ok and r < n_r:
+            f = floor[n, r]
+            ok = f == -np.inf or residual[i, r] >= f
+            r += 1
+        if ok:
+            witness[n] = i
+            return True
+    return False
+
+
+@nb.njit(cache=True)
+def _pick_loop(active: np.ndarray, wanting: np.ndarray, role_of: np.ndarray, n_roles: int,
+               values: np.ndarray, role_values: np.ndarray, eligible: np.ndarray,
+               floor: np.ndarray, residual: np.ndarray, witness: np.ndarray,
+               rng: np.random.Generator, tied: np.ndarray) -> int:  # fmt: skip
+    """`FrameworkFirst._next_simple`'s picks (role level when `n_roles` > 0: the lowest
+    role among those with a candidate, then the lowest framework in it; ties as
+    `ties.pick_lowest` draws them, numba's `Generator.integers` being NumPy's) until one
+    fits somewhere; each that fits nowhere is retired (`active`), as the generic pass
+    retires it after a lookup that finds nothing and draws nothing. Returns that
+    framework, -1 when no candidate is left, -2 (before any draw) when a candidate's
+    share or its role's is not finite."""
+    n_f = active.shape[0]
+    buckets = max(n_roles, 1)
+    count = np.zeros(buckets + 1, dtype=np.int64)
+    for n in range(n_f):
+        if active[n] and wanting[n]:
+            if not np.isfinite(values[n]):
+                return -2
+            if n_roles > 0 and not np.isfinite(role_values[role_of[n]]):
+                return -2
+            count[(role_of[n] if n_roles > 0 else 0) + 1] += 1
+    for g in range(buckets):
+        count[g + 1] += count[g]
+    start = count.copy()  # bucket g: members[start[g]:start[g + 1]], ascending
+    members = np.empty(count[buckets], dtype=np.int64)
+    fill = count[:buckets].copy()
+    for n in range(n_f):
+        if active[n] and wanting[n]:
+            g = role_of[n] if n_roles > 0 else 0
+            members[fill[g]] = n
+            fill[g] += 1
+    left = np.zeros(buckets, dtype=np.int64)  # candidates still active in each bucket
+    for g in range(buckets):
+        left[g] = start[g + 1] - start[g]
+    remaining = members.shape[0]
+    while remaining > 0:
+        g = 0
+        if n_roles > 0:
+            low = np.inf
+            for h in range(n_roles):
+                if left[h] > 0 and role_values[h] < low:
+                    low = role_values[h]
+            limit = low + RELATIVE_TIE * max(1.0, abs(low))
+            k = 0
+            for h in range(n_roles):
+                if left[h] > 0 and role_values[h] <= limit:
+                    tied[k] = h
+                    k += 1
+            g = tied[0] if k == 1 else tied[rng.integers(0, k)]
+        low = np.inf
+        for j in range(start[g], start[g + 1]):
+            n = members[j]
+            if active[n] and values[n] < low:
+                low = values[n]
+        limit = low + RELATIVE_TIE * max(1.0, abs(low))
+        k = 0
+        for j in range(start[g], start[g + 1]):
+            n = members[j]
+            if active[n] and values[n] <= limit:
+                tied[k] = n
+                k += 1
+        framework = tied[0] if k == 1 else tied[rng.integers(0, k)]
+        if _fits_somewhere(framework, eligible, floor, residual, witness):
+            return framework
+        active[framework] = False
+        left[g] -= 1
+        remaining -= 1
+    return -1
 
 
 @nb.njit(cache=True)
