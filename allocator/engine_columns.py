@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numba as nb
 import numpy as np
 
+from allocator.jit import njit
 from allocator.model import Cluster
 from allocator.policy.base import Criterion
 from allocator.policy.levels import Level, RoleHoldings
@@ -276,7 +276,7 @@ class ColumnsFirst(FrameworkFirst):
         return int(self._tied[self.rng.integers(k)])
 
 
-@nb.njit(cache=True)
+@njit
 def _fits_somewhere(n: int, eligible: np.ndarray, floor: np.ndarray, residual: np.ndarray,
                     witness: np.ndarray) -> bool:  # fmt: skip
     """Whether one task of framework n fits on some agent (`fits_framework(n).any()`),
@@ -297,7 +297,7 @@ def _fits_somewhere(n: int, eligible: np.ndarray, floor: np.ndarray, residual: n
     return False
 
 
-@nb.njit(cache=True)
+@njit
 def _pick_loop(active: np.ndarray, wanting: np.ndarray, role_of: np.ndarray, n_roles: int,
                values: np.ndarray, role_values: np.ndarray, eligible: np.ndarray,
                floor: np.ndarray, residual: np.ndarray, witness: np.ndarray,
@@ -368,7 +368,7 @@ def _pick_loop(active: np.ndarray, wanting: np.ndarray, role_of: np.ndarray, n_r
     return -1
 
 
-@nb.njit(cache=True)
+@njit
 def _tied_within(values: np.ndarray, low: float, mask_of: np.ndarray, tied: np.ndarray) -> int:
     """Indices i (ascending) with mask_of[i] and values[i] within `RELATIVE_TIE` of `low`."""
     limit = low + RELATIVE_TIE * max(1.0, abs(low))
@@ -380,7 +380,7 @@ def _tied_within(values: np.ndarray, low: float, mask_of: np.ndarray, tied: np.n
     return k
 
 
-@nb.njit(cache=True)
+@njit
 def _role_ties(active: np.ndarray, wanting: np.ndarray, role_of: np.ndarray,
                role_values: np.ndarray, has: np.ndarray, tied: np.ndarray) -> int:  # fmt: skip
     """The roles with a candidate framework (active and wanting) in `has`, and those tied
@@ -405,7 +405,7 @@ def _role_ties(active: np.ndarray, wanting: np.ndarray, role_of: np.ndarray,
     return _tied_within(role_values, low, has, tied)
 
 
-@nb.njit(cache=True)
+@njit
 def _framework_ties(active: np.ndarray, wanting: np.ndarray, role_of: np.ndarray, role: int,
                     values: np.ndarray, tied: np.ndarray) -> int:  # fmt: skip
     """The candidate frameworks (active, wanting, of `role` unless it is -1) tied for the

@@ -35,9 +35,9 @@ either way, the switch does not change the result. Above `MAX_BYTES` it always s
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
+from allocator.jit import njit
 from allocator.policy.bestfit import DemandShape, demand_shape, fit_distance
 from allocator.policy.ties import RELATIVE_TIE, pick_lowest
 from allocator.state import AllocationState
@@ -57,7 +57,7 @@ COMPILED = True
 _BLOCK = 1024
 
 
-@nb.njit(cache=True)
+@njit
 def _agent_shapes(
     residual: np.ndarray,
     total: np.ndarray,
@@ -81,7 +81,7 @@ def _agent_shapes(
         empty[i] = is_empty
 
 
-@nb.njit(cache=True)
+@njit
 def _scan_kernel(
     eligible: np.ndarray,
     demand: np.ndarray,
