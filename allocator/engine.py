@@ -24,7 +24,7 @@ finished tasks wait for the next tick, unless the trigger is `release`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,17 +86,34 @@ class _Slots:
         self.index: dict[str, int] = {}
         self.free: list[int] = []
         self.size = 0
+        #: The name in each slot (`<free i>` for a free one), kept as slots change.
+        self.names: list[str] = []
+        #: Each slot's registration number: `index` (insertion) order is ascending `order`.
+        self.order: list[int] = []
+        self._registered = 0
 
     def add(self, name: str) -> int:
         slot = self.free.pop() if self.free else self.size
         self.size = max(self.size, slot + 1)
         self.index[name] = slot
+        if slot == len(self.names):
+            self.names.append(name)
+            self.order.append(self._registered)
+        else:
+            self.names[slot] = name
+            self.order[slot] = self._registered
+        self._registered += 1
         return slot
 
     def remove(self, name: str) -> int:
         slot = self.index.pop(name)
         self.free.append(slot)
+        self.names[slot] = f"<free {slot}>"
         return slot
+
+    def in_order(self, slots: Iterable[int]) -> list[int]:
+        """`slots` (registered ones) in the order `index` lists them."""
+        return sorted(slots, key=self.order.__getitem__)
 
 
 def _grow(array: np.ndarray, rows: int, fill: object = 0) -> np.ndarray:
@@ -121,6 +138,23 @@ class _Placements:
 
     def __setitem__(self, key: tuple[int, int], value: int) -> None:
         self.cells[key] = value
+
+
+class _Picked(Sequence[str]):
+    """The names at some slots, in that order, looked up only when read (a run reads
+    only how many there are)."""
+
+    def __init__(self, names: tuple[str, ...], slots: np.ndarray) -> None:
+        self.names = names
+        self.slots = slots
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
+        if isinstance(i, slice):
+            return tuple(self.names[j] for j in self.slots[i].tolist())
+        return self.names[int(self.slots[i])]
 
 
 def _from_config(name: str) -> property:
@@ -190,6 +224,11 @@ class Engine:
         self._cluster: tuple[int, Cluster] | None = None
         self._sums: tuple[int, np.ndarray, np.ndarray] | None = None
         self._alone: TasksAlone | None = None  # TSF's y_n, from the first TSF run on
+        self._capacity_version = 0  # moves whenever an agent's capacity or the agents change
+        self._roles_version = 0  # moves whenever `_roles` does
+        self._role_weights: tuple[int, EngineConfig, np.ndarray] | None = None
+        # (capacity version, the distinct capacity rows, the largest |capacity| per resource)
+        self._shapes: tuple[int, np.ndarray, np.ndarray] | None = None
         minimum = MIN_ALLOCATABLE if min_allocatable is None else min_allocatable
         self._min_allocatable = np.array([minimum.get(r, np.inf) for r in self.resources])
 
@@ -272,6 +311,7 @@ class Engine:
             row[slot] = matches_constraints(record.attributes, self._constraints[fw_slot])
         self._alone_agent(slot, +1)
         self._touched.add(slot)
+        self._capacity_version += 1
         self.run_now = self._dirty = True
 
     def set_capacity(self, name: str, capacity: dict[str, float]) -> None:
@@ -288,6 +328,7 @@ class Engine:
         self.agents[name].capacity = vector
         self._touched.add(slot)
         self._version += 1
+        self._capacity_version += 1
         self._dirty = True
 
     def remove_agent(self, name: str) -> list[tuple[str, int]]:
@@ -296,7 +337,8 @@ class Engine:
         slot = self._agent_slots.remove(name)
         self._alone_agent(slot, -1)
         hosted = self._hosted.pop(slot, {})
-        lost = [(f, hosted[n]) for f, n in self._framework_slots.index.items() if n in hosted]
+        names = self._framework_slots.names
+        lost = [(names[n], hosted[n]) for n in self._framework_slots.in_order(hosted)]
         for n, tasks in hosted.items():
             self._count[n] -= tasks
             placed = self._placed[n]
@@ -311,6 +353,7 @@ class Engine:
             row[slot] = False
         self._names = None
         self._version += 1
+        self._capacity_version += 1
         self._drop_filters(lambda key: key[1] == name)
         del self.agents[name]
         self._dirty = True
@@ -338,9 +381,7 @@ class Engine:
         vector = self._vector(demand, f"framework {name!r} demand")
         constraints = dict(constraints or {})
         row = self._constraint_row(constraints)
-        n_a = self._agent_slots.size
-        fits = (vector <= self._capacity[:n_a] + 1e-9).all(axis=1) & row[:n_a]
-        if require_fit and self.agents and not fits.any():
+        if require_fit and self.agents and not self._fits_some_agent(vector, row, constraints):
             raise EngineError(f"framework {name!r}: demand fits no registered agent")
         record = FrameworkRecord(
             name,
@@ -356,6 +397,7 @@ class Engine:
         self._resize()
         if role not in self._roles:
             self._roles.append(role)
+            self._roles_version += 1
         self._demand[slot] = vector
         self._known[slot] = vector if record.declared else np.nan
         self._weight[slot] = record.weight
@@ -372,12 +414,33 @@ class Engine:
         self._rescan.add(slot)
         self.run_now = self._dirty = True
 
+    def _fits_some_agent(
+        self, vector: np.ndarray, row: np.ndarray, constraints: dict[str, object]
+    ) -> bool:
+        """Whether one task of `vector` fits on some registered agent that `row` allows
+        (unconstrained: on some distinct capacity, of which there are few)."""
+        n_a = self._agent_slots.size
+        capacity = self._capacity[:n_a][row[:n_a]] if constraints else self._capacity_shapes()[0]
+        return bool((vector <= capacity + 1e-9).all(axis=1).any())
+
+    def _capacity_shapes(self) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct capacity rows of the live agents, and the largest |capacity| of each
+        resource over all agent slots (built again only when capacities changed)."""
+        if self._shapes is None or self._shapes[0] != self._capacity_version:
+            n_a = self._agent_slots.size
+            capacity = self._capacity[:n_a]
+            distinct = np.unique(capacity[self._live[:n_a]], axis=0)
+            largest = np.abs(capacity).max(axis=0) if n_a else np.zeros(len(self.resources))
+            self._shapes = (self._capacity_version, distinct, largest)
+        return self._shapes[1], self._shapes[2]
+
     def unregister(self, name: str) -> list[tuple[str, int]]:
         """Remove a framework; returns its (agent, tasks) still running (now freed)."""
         self._framework(name)
         slot = self._framework_slots.remove(name)
         placed = self._placed.pop(slot, {})
-        freed = [(a, placed[i]) for a, i in self._agent_slots.index.items() if i in placed]
+        names = self._agent_slots.names
+        freed = [(names[i], placed[i]) for i in self._agent_slots.in_order(placed)]
         for i, tasks in placed.items():
             self._used[i] -= tasks * self._demand[slot]
             hosted = self._hosted[i]
@@ -408,6 +471,7 @@ class Engine:
         if (self._active & (self._role == role)).any():
             return
         del self._roles[role]
+        self._roles_version += 1
         dropped = self._role == role  # free slots only
         self._role[self._role > role] -= 1
         self._role[dropped] = 0
@@ -550,14 +614,8 @@ class Engine:
     def _slot_names(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """Agent and framework names by slot (`<free i>` for free slots); they change only
         when membership does."""
-        n_f, n_a = self._framework_slots.size, self._agent_slots.size
         if self._names is None:
-            agents = {i: a for a, i in self._agent_slots.index.items()}
-            frameworks = {n: f for f, n in self._framework_slots.index.items()}
-            self._names = (
-                tuple(agents.get(i, f"<free {i}>") for i in range(n_a)),
-                tuple(frameworks.get(n, f"<free {n}>") for n in range(n_f)),
-            )
+            self._names = (tuple(self._agent_slots.names), tuple(self._framework_slots.names))
         return self._names
 
     def _eligible_at(self, columns: np.ndarray | slice) -> np.ndarray:
@@ -570,10 +628,29 @@ class Engine:
             by_agent[:, n] = row[columns] & live
         return by_agent.T
 
+    def _eligible_over(self, columns: np.ndarray, filtered: list[tuple[int, int]]) -> np.ndarray:
+        """`_eligible_at(columns)` (live agent slots) with the `filtered` (framework, column)
+        pairs cleared; where no framework has constraints and no filter holds, a read-only
+        view of the active frameworks broadcast over the columns (no (F, agents) array)."""
+        n_f = self._framework_slots.size
+        if self._rows or filtered:
+            eligible = self._eligible_at(columns)
+            for n, c in filtered:
+                eligible[n, c] = False
+            return eligible
+        return np.broadcast_to(self._active[:n_f, None].copy(), (n_f, len(columns)))
+
     def _filter_out(self, eligible: np.ndarray, now: float, column: np.ndarray) -> None:
         """Apply the refuse filters that hold at `now` to `eligible` (F, agents), whose
         columns are the agent slots mapped by `column` (slot -> column, -1: absent)."""
+        for n, c in self._filtered(now, column):
+            eligible[n, c] = False
+
+    def _filtered(self, now: float, column: np.ndarray) -> list[tuple[int, int]]:
+        """The (framework slot, column) pairs the refuse filters that hold at `now` take
+        out, for the agent slots mapped by `column` (slot -> column, -1: absent)."""
         frameworks, agents = self._framework_slots.index, self._agent_slots.index
+        out = []
         for (f, a), until in self.filters.items():
             if until <= now:
                 continue
@@ -587,7 +664,8 @@ class Engine:
                 tol = 1e-9 * np.maximum(np.abs(free), 1.0)
                 if (free > declined + tol).any():
                     continue  # more is free than was declined: the filter does not apply
-            eligible[frameworks[f], c] = False
+            out.append((frameworks[f], int(c)))
+        return out
 
     def _dense_tasks(self) -> np.ndarray:
         """x_{n,i} as an (F slots, A slots) matrix."""
@@ -637,9 +715,18 @@ class Engine:
             max_tasks=np.where(active, self._target[:n_f], 0.0),
             role_of=self._role[:n_f].copy(),
             role_names=tuple(roles),
-            role_weight=np.array([self.role_weights.get(r, 1.0) for r in roles]),
+            role_weight=self._role_weight(roles),
             contested=self._contested_matrix(n_f, n_a, eligible),
         )
+
+    def _role_weight(self, roles: list[str]) -> np.ndarray:
+        """Each role's weight, a copy (built again only when the roles or the config moved)."""
+        cached = self._role_weights
+        if cached is None or cached[0] != self._roles_version or cached[1] is not self.config:
+            weights = self.role_weights
+            built = np.array([weights.get(r, 1.0) for r in roles], dtype=float)
+            cached = self._role_weights = (self._roles_version, self.config, built)
+        return cached[2].copy()
 
     def _contested_matrix(self, n_f: int, n_a: int, eligible: np.ndarray) -> np.ndarray | None:
         """Cluster.contested: the constraints without the pooled attribute, and only where the
@@ -699,7 +786,7 @@ class Engine:
         if wanting:
             residual = self._capacity[:n_a] - self._used[:n_a]
             # Looser than any fit test of a run (1e-9 of the largest capacity).
-            room = residual + 1e-6 * np.maximum(np.abs(self._capacity[:n_a]).max(axis=0), 1.0)
+            room = residual + 1e-6 * np.maximum(self._capacity_shapes()[1], 1.0)
             for n in wanting:
                 fits = live.copy() if n not in self._rows else self._rows[n][:n_a] & live
                 for r, d in enumerate(self._demand[n]):
@@ -844,8 +931,7 @@ class Engine:
         n_f, n_a = self._framework_slots.size, self._agent_slots.size
         column = np.full(n_a, -1, dtype=np.int64)
         column[columns] = np.arange(len(columns))
-        eligible = self._eligible_at(columns)
-        self._filter_out(eligible, now, column)
+        eligible = self._eligible_over(columns, self._filtered(now, column))
         agent_names, framework_names = self._slot_names()
         active = self._active[:n_f]
         roles = self._roles or ["*"]
@@ -853,7 +939,7 @@ class Engine:
         total, tol = self._totals()
         cluster = Columns(
             resources=self.resources,
-            agent_names=tuple(agent_names[i] for i in columns.tolist()),
+            agent_names=_Picked(agent_names, columns),  # type: ignore[arg-type]
             framework_names=framework_names,
             capacity=capacity[columns],
             demand=np.where(active[:, None], self._demand[:n_f], np.nan),
@@ -862,12 +948,11 @@ class Engine:
             max_tasks=np.where(active, self._target[:n_f], 0.0),
             role_of=self._role[:n_f].copy(),
             role_names=tuple(roles),
-            role_weight=np.array([self.role_weights.get(r, 1.0) for r in roles]),
+            role_weight=self._role_weight(roles),
             whole_total=total,
             alone=alone,
         )
-        state = AllocationState(cluster, self.mode, known_demand=self._known[:n_f])
-        state.tol = tol.copy()
+        state = AllocationState(cluster, self.mode, known_demand=self._known[:n_f], tol=tol)
         # The run's own grants only: nothing in a run reads x_{n,i}, and the engine records
         # the grants in its maps (`_record`).
         state.load(_Placements(), self._count[:n_f], self._used[columns])  # type: ignore[arg-type]
@@ -876,10 +961,10 @@ class Engine:
     def _totals(self) -> tuple[np.ndarray, np.ndarray]:
         """C_r and the fit tolerance of the whole cluster, as a dense snapshot computes them
         (recomputed only when the cluster changed)."""
-        if self._sums is None or self._sums[0] != self._version:
+        if self._sums is None or self._sums[0] != self._capacity_version:
             capacity = self._capacity[: self._agent_slots.size].copy()
             tol = 1e-9 * np.maximum(capacity.max(axis=0, initial=0.0), 1.0)
-            self._sums = (self._version, capacity.sum(axis=0), tol)
+            self._sums = (self._capacity_version, capacity.sum(axis=0), tol)
         return self._sums[1], self._sums[2]
 
     def _record(

@@ -47,15 +47,18 @@ What still takes a dense snapshot of every agent, and why (`restrictable`):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from allocator.jit import njit
 from allocator.model import Cluster
 from allocator.policy.base import Criterion
-from allocator.policy.levels import Level
+from allocator.policy.levels import Level, RoleHoldings
 from allocator.policy.selection import AgentPass, FillInputs, FrameworkFirst, Selection
-from allocator.policy.ties import RELATIVE_TIE, Ties
+from allocator.policy.ties import RELATIVE_TIE, Ties, pick_lowest
+from allocator.state import AllocationState, Mode
 
 #: Criteria that read only the holders' allocations and the agent being served (FUGA's is
 #: DRF), and TSF, whose y_n, summed over the whole cluster, a run reads from `Columns.alone`.
@@ -123,26 +126,38 @@ SMALL_TIE = 64
 
 class ColumnsFirst(FrameworkFirst):
     """Framework-first selection (best fit, first fit) over the candidate agents, for an
-    agent-independent criterion, random ties and one level: picks as
-    `FrameworkFirst._next_simple` does, with the same draws, without its O(F) pass per
-    pick. Within one call the values do not change, so the frameworks are sorted by value
-    once; the lowest group (within `RELATIVE_TIE`) in index order is what `nonzero` would
-    give. Where each framework fits is kept grant by grant (a grant changes one agent), so
-    a framework that fits nowhere is retired without a best-fit scan, which would find
-    nothing and draw nothing."""
+    agent-independent criterion and random ties: picks as `FrameworkFirst._next_simple`
+    does, with the same draws.
+
+    With a fit matrix (few frameworks x agents, the churn run) and one level: within one
+    call the values do not change, so the frameworks are sorted by value once; the lowest
+    group (within `RELATIVE_TIE`) in index order is what `nonzero` would give. Where each
+    framework fits is kept grant by grant (a grant changes one agent), so a framework that
+    fits nowhere is retired without a best-fit scan, which would find nothing and draw
+    nothing. Otherwise (role level, many agents) for DRF the frameworks' and roles' shares
+    are kept through the run (`KeptShares`) and each pick is two compiled passes
+    (`_next_compiled`)."""
 
     def __init__(self, inputs: FillInputs, best: bool) -> None:
         super().__init__(inputs, best)
         state = self.state
+        self.shares = KeptShares.of(self.criterion, state, self.role_level)
+        n_roles = len(state.cluster.role_names)
+        self._tied = np.empty(max(state.cluster.n_frameworks, n_roles), dtype=np.int64)
+        self._has = np.zeros(n_roles, dtype=bool)
         #: (F, agents) where one more task fits now, kept up to date grant by grant (the
         #: agents a grant changed, from the state's write stamps), when small enough.
         self.fits: np.ndarray | None = None
         self.hopeful: np.ndarray | None = None
         self.seen = state.changes
         n_f, n_a = state.cluster.n_frameworks, state.cluster.n_agents
-        if n_f * n_a <= HOPELESS_PAIRS:
+        # The compiled pick (`_pick_loop`) finds the frameworks that fit nowhere itself.
+        compiled = self.role_level and self.shares is not None
+        if n_f * n_a <= HOPELESS_PAIRS and not compiled:
             self.fits = self._fits_at(np.arange(n_a))
             self.hopeful = self.fits.any(axis=1)
+        self._floor: np.ndarray | None = None  # (F, R) d - tol where d > 0, -inf elsewhere
+        self._witness = np.full(n_f, -1, dtype=np.int64)  # an agent where each fitted
 
     def _fits_at(self, agents: np.ndarray) -> np.ndarray:
         """(F, len(agents)) as `AllocationState.fits_framework` tests each pair."""
@@ -160,7 +175,22 @@ class ColumnsFirst(FrameworkFirst):
             self.fits[:, changed] = self._fits_at(changed)
             self.hopeful = self.fits.any(axis=1)
             self.seen = state.changes
-        return super().next()
+        if self.shares is not None:
+            self.shares.sync()
+        pick = super().next()
+        if pick is not None and self.shares is not None:
+            self.shares.serving(pick[0])
+        return pick
+
+    def _framework_values(self) -> np.ndarray:
+        if self.shares is not None:
+            return self.shares.values
+        return super()._framework_values()
+
+    def _role_values(self, agent: int | None) -> np.ndarray:
+        if self.shares is not None and self.shares.role_values is not None:
+            return self.shares.role_values
+        return super()._role_values(agent)
 
     def agent_for(self, framework: int) -> int:
         if self.hopeful is not None and not self.hopeful[framework]:
@@ -168,11 +198,15 @@ class ColumnsFirst(FrameworkFirst):
         return super().agent_for(framework)
 
     def _next_simple(self) -> tuple[int, int] | None:
-        if self.role_level:
+        if self.role_level or self.fits is None:
+            # The generic pass, over kept shares: without the fit matrix a sorted walk
+            # retires nothing cheaper, and sorting at every pick costs O(F log F).
+            if self.shares is not None:
+                return self._next_compiled(self.shares)
             return super()._next_simple()
         state = self.state
         candidates = self.active & state.wanting()
-        values = self.criterion.values(state)
+        values = self._framework_values()
         index = np.flatnonzero(candidates)
         chosen = values[index]
         if index.size == 0 or not np.isfinite(chosen).all():
@@ -202,3 +236,323 @@ class ColumnsFirst(FrameworkFirst):
             else:
                 del order[at], sorted_values[at]
         return None
+
+    def _next_compiled(self, shares: KeptShares) -> tuple[int, int] | None:
+        """`FrameworkFirst._next_simple` on kept shares: `_pick_loop` draws the framework
+        and retires those that fit nowhere; with a share that is not finite, the passes
+        of `_next_stepwise` instead."""
+        state = self.state
+        if self._floor is None:
+            demand = state.fit_demand
+            with np.errstate(invalid="ignore"):
+                self._floor = np.where(demand > 0, demand - state.tol, -np.inf)
+        while True:  # each pass returns or retires a framework that fits nowhere
+            framework = _pick_loop(
+                self.active,
+                state.wanting(),
+                state.cluster.role_of,
+                len(state.cluster.role_names) if self.role_level else 0,
+                shares.values,
+                shares.values if shares.role_values is None else shares.role_values,
+                state.cluster.eligible,
+                self._floor,
+                state.residual,
+                self._witness,
+                self.rng,
+                self._tied,
+            )
+            if framework == -2:
+                return self._next_stepwise(shares)
+            if framework < 0:
+                return None
+            where = self.agent_for(framework)
+            if where >= 0:
+                return framework, where
+            self.active[framework] = False
+
+    def _next_stepwise(self, shares: KeptShares) -> tuple[int, int] | None:
+        """`FrameworkFirst._next_simple` on kept shares, each narrowing (the lowest role,
+        then the lowest framework in it) one compiled pass, the draws made here as
+        `ties.pick_lowest` makes them; a least value that is not finite goes to
+        `pick_lowest` itself at the same point."""
+        state = self.state
+        cluster = state.cluster
+        role_of = cluster.role_of
+        values = shares.values
+        while True:  # each pass returns or retires a framework that fits nowhere
+            wanting = state.wanting()
+            role = -1
+            if self.role_level:
+                assert shares.role_values is not None
+                k = _role_ties(self.active, wanting, role_of, shares.role_values, self._has,
+                               self._tied)  # fmt: skip
+                if k == 0:
+                    return None  # no candidate at all
+                role = self._draw(k, shares.role_values, self._has)
+            k = _framework_ties(self.active, wanting, role_of, role, values, self._tied)
+            if k == 0:
+                return None
+            candidates = None
+            if k < 0:
+                candidates = self.active & wanting
+                if role >= 0:
+                    candidates &= role_of == role
+            framework = self._draw(k, values, candidates)
+            if framework < 0:
+                return None
+            where = self.agent_for(framework)
+            if where >= 0:
+                return framework, where
+            self.active[framework] = False
+
+    def _draw(self, k: int, values: np.ndarray, mask: np.ndarray | None) -> int:
+        """The pick among `k` tied (in `_tied`), or `pick_lowest` over `mask` (k < 0)."""
+        if k < 0:
+            assert mask is not None
+            return pick_lowest(values, mask, self.rng)
+        if k == 1:
+            return int(self._tied[0])
+        return int(self._tied[self.rng.integers(k)])
+
+
+@njit
+def _fits_somewhere(n: int, eligible: np.ndarray, floor: np.ndarray, residual: np.ndarray,
+                    witness: np.ndarray) -> bool:  # fmt: skip
+    """Whether one task of framework n fits on some agent (`fits_framework(n).any()`),
+    trying first the agent where it last fitted."""
+    n_a, n_r = residual.shape
+    first = witness[n]
+    for step in range(-1 if first >= 0 else 0, n_a):
+        i = first if step < 0 else step
+        ok = eligible[n, i]
+        r = 0
+        while ok and r < n_r:
+            f = floor[n, r]
+            ok = f == -np.inf or residual[i, r] >= f
+            r += 1
+        if ok:
+            witness[n] = i
+            return True
+    return False
+
+
+@njit
+def _pick_loop(active: np.ndarray, wanting: np.ndarray, role_of: np.ndarray, n_roles: int,
+               values: np.ndarray, role_values: np.ndarray, eligible: np.ndarray,
+               floor: np.ndarray, residual: np.ndarray, witness: np.ndarray,
+               rng: np.random.Generator, tied: np.ndarray) -> int:  # fmt: skip
+    """`FrameworkFirst._next_simple`'s picks (role level when `n_roles` > 0: the lowest
+    role among those with a candidate, then the lowest framework in it; ties as
+    `ties.pick_lowest` draws them, numba's `Generator.integers` being NumPy's) until one
+    fits somewhere; each that fits nowhere is retired (`active`), as the generic pass
+    retires it after a lookup that finds nothing and draws nothing. Returns that
+    framework, -1 when no candidate is left, -2 (before any draw) when a candidate's
+    share or its role's is not finite."""
+    n_f = active.shape[0]
+    buckets = max(n_roles, 1)
+    count = np.zeros(buckets + 1, dtype=np.int64)
+    for n in range(n_f):
+        if active[n] and wanting[n]:
+            if not np.isfinite(values[n]):
+                return -2
+            if n_roles > 0 and not np.isfinite(role_values[role_of[n]]):
+                return -2
+            count[(role_of[n] if n_roles > 0 else 0) + 1] += 1
+    for g in range(buckets):
+        count[g + 1] += count[g]
+    start = count.copy()  # bucket g: members[start[g]:start[g + 1]], ascending
+    members = np.empty(count[buckets], dtype=np.int64)
+    fill = count[:buckets].copy()
+    for n in range(n_f):
+        if active[n] and wanting[n]:
+            g = role_of[n] if n_roles > 0 else 0
+            members[fill[g]] = n
+            fill[g] += 1
+    left = np.zeros(buckets, dtype=np.int64)  # candidates still active in each bucket
+    for g in range(buckets):
+        left[g] = start[g + 1] - start[g]
+    remaining = members.shape[0]
+    while remaining > 0:
+        g = 0
+        if n_roles > 0:
+            low = np.inf
+            for h in range(n_roles):
+                if left[h] > 0 and role_values[h] < low:
+                    low = role_values[h]
+            limit = low + RELATIVE_TIE * max(1.0, abs(low))
+            k = 0
+            for h in range(n_roles):
+                if left[h] > 0 and role_values[h] <= limit:
+                    tied[k] = h
+                    k += 1
+            g = tied[0] if k == 1 else tied[rng.integers(0, k)]
+        low = np.inf
+        for j in range(start[g], start[g + 1]):
+            n = members[j]
+            if active[n] and values[n] < low:
+                low = values[n]
+        limit = low + RELATIVE_TIE * max(1.0, abs(low))
+        k = 0
+        for j in range(start[g], start[g + 1]):
+            n = members[j]
+            if active[n] and values[n] <= limit:
+                tied[k] = n
+                k += 1
+        framework = tied[0] if k == 1 else tied[rng.integers(0, k)]
+        if _fits_somewhere(framework, eligible, floor, residual, witness):
+            return framework
+        active[framework] = False
+        left[g] -= 1
+        remaining -= 1
+    return -1
+
+
+@njit
+def _tied_within(values: np.ndarray, low: float, mask_of: np.ndarray, tied: np.ndarray) -> int:
+    """Indices i (ascending) with mask_of[i] and values[i] within `RELATIVE_TIE` of `low`."""
+    limit = low + RELATIVE_TIE * max(1.0, abs(low))
+    k = 0
+    for i in range(values.shape[0]):
+        if mask_of[i] and values[i] <= limit:
+            tied[k] = i
+            k += 1
+    return k
+
+
+@njit
+def _role_ties(active: np.ndarray, wanting: np.ndarray, role_of: np.ndarray,
+               role_values: np.ndarray, has: np.ndarray, tied: np.ndarray) -> int:  # fmt: skip
+    """The roles with a candidate framework (active and wanting) in `has`, and those tied
+    for the least value among them in `tied`: their count, 0 when no framework is a
+    candidate, -1 when the least is not finite (NaN included, as numpy's min gives it)."""
+    has[:] = False
+    found = False
+    for n in range(active.shape[0]):
+        if active[n] and wanting[n]:
+            has[role_of[n]] = True
+            found = True
+    if not found:
+        return 0
+    low = np.inf
+    for g in range(role_values.shape[0]):
+        if has[g]:
+            if np.isnan(role_values[g]):
+                return -1
+            low = min(low, role_values[g])
+    if not np.isfinite(low):
+        return -1
+    return _tied_within(role_values, low, has, tied)
+
+
+@njit
+def _framework_ties(active: np.ndarray, wanting: np.ndarray, role_of: np.ndarray, role: int,
+                    values: np.ndarray, tied: np.ndarray) -> int:  # fmt: skip
+    """The candidate frameworks (active, wanting, of `role` unless it is -1) tied for the
+    least value in `tied`: their count, 0 when there is no candidate, -1 when the least
+    is not finite (NaN included: `masked.argmin()` stops at the first NaN)."""
+    low = np.inf
+    found = False
+    for n in range(active.shape[0]):
+        if active[n] and wanting[n] and (role < 0 or role_of[n] == role):
+            found = True
+            if np.isnan(values[n]):
+                return -1
+            low = min(low, values[n])
+    if not found:
+        return 0
+    if not low < np.inf:
+        return -1
+    limit = low + RELATIVE_TIE * max(1.0, abs(low))
+    k = 0
+    for n in range(active.shape[0]):
+        if active[n] and wanting[n] and (role < 0 or role_of[n] == role) and values[n] <= limit:
+            tied[k] = n
+            k += 1
+    return k
+
+
+def _drf_share(alloc: list[float], total: list[float], weight: float) -> float:
+    """One holder's `DRF.values`, on Python floats (the same IEEE steps as `max_ratio` over
+    the resources the cluster has, then the division by the weight)."""
+    share: float | None = None
+    for held, whole in zip(alloc, total, strict=True):
+        if whole <= 0:
+            continue
+        ratio = held / whole
+        if share is None or ratio > share or math.isnan(ratio):  # np.maximum keeps a NaN
+            share = ratio if share is None or not math.isnan(share) else share
+    return (0.0 if share is None else share) / weight
+
+
+#: Criteria whose value for a holder reads only that holder's allocation (and the cluster's
+#: totals and weights), by the function that computes one holder's value: a grant changes
+#: the served framework's value alone.
+ROW_LOCAL = {"drf": _drf_share}
+
+
+class KeptShares:
+    """A row-local criterion's values of every framework, and at role level of every role,
+    kept grant by grant through one fill (characterized mode: a grant changes only the
+    served framework's allocation, and so its role's). Each kept value is recomputed with
+    the criterion's own float steps on its own row (a role's allocation as `RoleHoldings`
+    sums it: in framework order, from zero), so it equals what a full evaluation gives;
+    any other write to the state (a release, a grant this selector did not pick) makes
+    them all recomputed."""
+
+    def __init__(self, criterion: Criterion, state: AllocationState, role_level: bool) -> None:
+        self.criterion = criterion
+        self.state = state
+        self.values = np.array(criterion.values(state), dtype=float)
+        self.role_values: np.ndarray | None = None
+        if role_level:
+            roles = RoleHoldings.of(state)
+            self.role_alloc = np.array(roles.alloc, dtype=float)
+            self.role_values = np.array(criterion.values(roles), dtype=float)
+        self.members: dict[int, np.ndarray] = {}
+        self.total = state.cluster.total.tolist()
+        self.seen = state.changes
+        self.served = -1
+        self.served_count = 0.0
+
+    @classmethod
+    def of(
+        cls, criterion: Criterion, state: AllocationState, role_level: bool
+    ) -> KeptShares | None:
+        if criterion.name not in ROW_LOCAL or state.mode is not Mode.CHARACTERIZED:
+            return None
+        return cls(criterion, state, role_level)
+
+    def serving(self, framework: int) -> None:
+        """The framework about to be granted a task."""
+        self.served = framework
+        self.served_count = float(self.state.count[framework])
+
+    def sync(self) -> None:
+        state = self.state
+        if state.changes == self.seen:
+            return
+        n = self.served
+        one_grant = (
+            state.changes == self.seen + 1 and n >= 0 and state.count[n] == self.served_count + 1
+        )
+        self.seen = state.changes
+        self.served = -1
+        if not one_grant:
+            fresh = KeptShares(self.criterion, state, self.role_values is not None)
+            self.values, self.role_values = fresh.values, fresh.role_values
+            if fresh.role_values is not None:
+                self.role_alloc = fresh.role_alloc
+            return
+        cluster = state.cluster
+        share = ROW_LOCAL[self.criterion.name]
+        self.values[n] = share(state.alloc[n].tolist(), self.total, float(cluster.weight[n]))
+        if self.role_values is None:
+            return
+        g = int(cluster.role_of[n])
+        members = self.members.get(g)
+        if members is None:
+            members = self.members[g] = np.flatnonzero(cluster.role_of == g)
+        held = np.cumsum(state.alloc[members], axis=0)[-1]
+        self.role_alloc[g] = held
+        assert cluster.role_weight is not None
+        self.role_values[g] = share(held.tolist(), self.total, float(cluster.role_weight[g]))

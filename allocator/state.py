@@ -7,6 +7,7 @@ online engine; the policy code reads it and `grant`/`release` are the only write
 from __future__ import annotations
 
 from enum import StrEnum
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -46,9 +47,11 @@ class AllocationState:
         cluster: Cluster,
         mode: Mode | str = Mode.CHARACTERIZED,
         known_demand: np.ndarray | None = None,
+        tol: np.ndarray | None = None,
     ) -> None:
         """`known_demand` overrides what the policy may know (the online engine passes the
-        declared or observed demand of each framework)."""
+        declared or observed demand of each framework); `tol` the fit tolerance (the
+        engine's whole cluster's, over some of its agents)."""
         self.cluster = cluster
         self.mode = Mode(mode)
         n_f, n_a = cluster.n_frameworks, cluster.n_agents
@@ -71,8 +74,10 @@ class AllocationState:
         self.runnable = cluster.has_demand.copy()
         # d with inf for a resource a framework without demand lacks, so it fits nowhere.
         self.fit_demand = np.asfortranarray(np.nan_to_num(cluster.demand, nan=np.inf))
-        self.eligible_by_agent = np.ascontiguousarray(cluster.eligible.T)
-        self.tol = 1e-9 * np.maximum(cluster.capacity.max(axis=0, initial=0.0), 1.0)
+        if tol is None:
+            self.tol = 1e-9 * np.maximum(cluster.capacity.max(axis=0, initial=0.0), 1.0)
+        else:
+            self.tol = np.array(tol, dtype=float)
         self._wanting = self.runnable & (self.count < self.limit)
         #: Writes so far (grants and releases), and the write that last changed each agent's
         #: residual; incremental indexes (best fit) use them to find the agents to recheck.
@@ -81,6 +86,12 @@ class AllocationState:
         self.withheld = np.zeros_like(self.residual)
 
     # ---- feasibility -------------------------------------------------------------------
+    @cached_property
+    def eligible_by_agent(self) -> np.ndarray:
+        """(A, F) eligibility, contiguous by agent (what `fits_agent` reads); made on first
+        use, as framework-first fills never read it."""
+        return np.ascontiguousarray(self.cluster.eligible.T)
+
     def wanting(self) -> np.ndarray:
         """Frameworks that still want a task (runnable and below their task limit)."""
         return self._wanting

@@ -32,6 +32,8 @@ from pathlib import Path
 import click
 import numpy as np
 
+from benchmarks.kept_notes import kept_notes
+
 RESULTS = Path(__file__).resolve().parent / "results"
 ENGINES = {"current": "allocator.engine", "reference": "tests.support.reference_engine"}
 SIZES = ((1_000, 100), (10_000, 1_000), (50_000, 5_000))
@@ -47,26 +49,28 @@ CHURN_TASKS = 10
 #: pairs it is not run (50,000 x 5,000 would need well over 10 GB).
 REFERENCE_MAX_PAIRS = 20_000_000
 NOTES = """
+How BF-DRF's runs work now (issue 28, branch i28g):
+
+- The frameworks' and roles' DRF shares are kept through a run, recomputed only for the
+  framework served and its role (`KeptShares` in `allocator/engine_columns.py`); a pick
+  over them is one compiled pass (`_pick_loop`), which also retires the frameworks that fit
+  nowhere, drawing ties from the run's generator exactly where the generic pass draws.
+  Where few frameworks x agents are in a run (the churn tick) the sorted walk over a kept
+  fit matrix remains.
+- Best fit is a compiled scan (`CompiledScan` in `allocator/policy/bestfit_index.py`) over
+  the agents' kept halves of H: the same H, feasibility and draws as `best_fit_scan`, no
+  (F, A) matrix to build.
+- A run over agents where no framework has constraints and no filter holds reads its
+  eligibility as a broadcast view (no (F, agents) array).
+
 What is left (issue 28):
 
-- BF-DRF (best fit): a run chooses the framework first and retires every wanting framework
-  that fits nowhere, in share order with its random draws among ties
-  (`FrameworkFirst` in `allocator/policy/selection.py`). Over the changed agents
-  (`allocator/engine_columns.py`, `ColumnsFirst`) where each framework fits is kept grant
-  by grant, so the hopeless are retired without a best-fit scan, but each pick still sorts
-  the wanting frameworks by share (O(F log F)) and walks the hopeless ones in Python: the
-  10,000 x 1,000 tick is over the 5 ms target (below). Keeping the sorted order across
-  picks (only the served framework's share changes) is the next step.
 - TSF (its y_n kept across runs, `allocator/engine_alone.py`), the joint, FUGA and random
   selections run over the changed agents too. Waste ties with best or first fit, per-agent
-  criteria at role level with best or first fit and Mesos role pools
-  (`Engine.pooled_attribute`) still take the dense snapshot per run
+  criteria at role level (several roles) with best or first fit and Mesos role pools
+  (`Engine.pooled_attribute`) still take the dense snapshot per run, or a generic pick
   (`allocator/engine_columns.py` says why each; `--variants` measures them).
-- The settling run (the first run, or after the configuration changes) still builds an
-  (agents x frameworks) eligibility array over every agent; peak RSS above is that run's.
-  BF-DRF's settling run is slower than the dense engine's (1.8 s against 1.1 s at
-  10,000 x 1,000): `ColumnsFirst` sorts the frameworks at every pick even where it keeps no
-  fit matrix; it should leave such runs to `FrameworkFirst`.
+- Constrained or filtered runs still build the (frameworks x agents) eligibility array.
 """
 TARGETS = {(10_000, 1_000): (5.0, None), (50_000, 5_000): (50.0, 2 * 1024**3)}
 
@@ -257,7 +261,7 @@ def main(
     if not no_write:
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / "engine.json").write_text(json.dumps(rows, indent=2) + "\n")
-        (RESULTS / "engine.md").write_text(text)
+        (RESULTS / "engine.md").write_text(text + kept_notes(RESULTS / "engine.md"))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ from pathlib import Path
 import click
 import numpy as np
 
+from benchmarks.kept_notes import kept_notes
+
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_GRANTS_PER_SECOND = 10_000
 MEMORY_LIMIT_BYTES = 2 * 1024**3
@@ -198,15 +200,7 @@ def main(agents: int, frameworks: int, schedulers: str, seed: int, before: bool,
                 f"{u['cpus']:.1%} | {u['mem']:.1%} |"
             )
     click.echo("\n".join(lines))
-    (RESULTS / "fill.md").write_text("\n".join(lines) + "\n" + _notes(RESULTS / "fill.md"))
-
-
-def _notes(path: Path) -> str:
-    """The hand-written sections of a results file (from its first `## ` heading on), which
-    a new run keeps below its table."""
-    text = path.read_text() if path.exists() else ""
-    start = text.find("\n## ")
-    return "" if start < 0 else text[start:]
+    (RESULTS / "fill.md").write_text("\n".join(lines) + "\n" + kept_notes(RESULTS / "fill.md"))
 
 
 if __name__ == "__main__":

@@ -167,8 +167,16 @@ def checked_fill(cluster: Cluster, seed: int, mode: Mode = Mode.CHARACTERIZED) -
 @pytest.fixture(autouse=True)
 def early_index(monkeypatch: pytest.MonkeyPatch) -> None:
     """Build the index after a couple of lookups, so that most steps go through it."""
+    monkeypatch.setattr(bestfit_index, "COMPILED", False)
     monkeypatch.setattr(bestfit_index, "MIN_SCANS", 2)
     monkeypatch.setattr(bestfit_index, "SCANS_PER_FRAMEWORK", 0.0)
+
+
+@pytest.fixture(params=["index", "compiled"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways of answering a lookup: the incremental index, the compiled scan."""
+    monkeypatch.setattr(bestfit_index, "COMPILED", request.param == "compiled")
+    return request.param
 
 
 @pytest.mark.parametrize(
@@ -181,12 +189,12 @@ def early_index(monkeypatch: pytest.MonkeyPatch) -> None:
         (5, 300, 40, True),
     ],
 )
-def test_every_step_is_the_brute_force_best_fit(seed, n_agents, n_frameworks, constrained):
+def test_every_step_is_the_brute_force_best_fit(path, seed, n_agents, n_frameworks, constrained):
     cluster = google_instance(seed, n_agents, n_frameworks, constrained)
     assert checked_fill(cluster, seed) > 0
 
 
-def test_oblivious_mode_learns_demands_mid_fill():
+def test_oblivious_mode_learns_demands_mid_fill(path):
     cluster = google_instance(6, 150, 25)
     assert checked_fill(cluster, 6, Mode.OBLIVIOUS) > 0
 
@@ -197,7 +205,14 @@ def test_small_instances(cluster, mode, seed):
     checked_fill(cluster, seed, mode)
 
 
-def test_releases_between_picks_are_seen():
+@settings(max_examples=150, deadline=None)
+@given(small_clusters(), st.sampled_from(list(Mode)), st.integers(0, 2**32 - 1))
+def test_small_instances_compiled(cluster, mode, seed):
+    bestfit_index.COMPILED = True  # the autouse fixture restores it after the test
+    checked_fill(cluster, seed, mode)
+
+
+def test_releases_between_picks_are_seen(path):
     """Writes the selector did not make (releases, grants elsewhere) still update H."""
     cluster = google_instance(7, 120, 15)
     state = AllocationState(cluster)
@@ -229,18 +244,22 @@ def test_releases_between_picks_are_seen():
                 n, a = np.argwhere(fits)[rng.integers(fits.sum())]
                 for s in (state, mirror):
                     s.grant(int(n), int(a))
-    assert selector.best_fit.index is not None, "the index was never used"
+    used = selector.best_fit.index if path == "index" else selector.best_fit.compiled
+    assert used is not None, f"the {path} was never used"
 
 
-def test_too_large_for_the_index_scans(monkeypatch):
+def test_too_large_for_the_index_scans(monkeypatch):  # numpy scans only
     monkeypatch.setattr(bestfit_index, "MAX_BYTES", 0)
     cluster = google_instance(8, 60, 8)
     assert checked_fill(cluster, 8) > 0
 
 
-def test_the_check_catches_a_worse_agent(monkeypatch):
-    """Sabotage: the index returns the second-best agent; the step check must fail."""
-    real_best = bestfit_index.BestFitIndex.best
+@pytest.mark.parametrize("sabotaged", ["BestFitIndex", "CompiledScan"])
+def test_the_check_catches_a_worse_agent(monkeypatch, sabotaged):
+    """Sabotage: the lookup returns the second-best agent; the step check must fail."""
+    monkeypatch.setattr(bestfit_index, "COMPILED", sabotaged == "CompiledScan")
+    kind = getattr(bestfit_index, sabotaged)
+    real_best = kind.best
 
     def second_best(self, framework):
         agent = real_best(self, framework)
@@ -250,21 +269,24 @@ def test_the_check_catches_a_worse_agent(monkeypatch):
         worse = np.flatnonzero(np.isfinite(distance) & (distance > distance[agent] * 1.001))
         return int(worse[np.argmin(distance[worse])]) if worse.size else agent
 
-    monkeypatch.setattr(bestfit_index.BestFitIndex, "best", second_best)
+    monkeypatch.setattr(kind, "best", second_best)
     with pytest.raises(AssertionError, match="not a best fit"):
         checked_fill(google_instance(9, 60, 8, constrained=False), 9)
 
 
-def test_the_check_catches_an_early_stop(monkeypatch):
-    """Sabotage: the index claims a framework fits nowhere when it does."""
-    real_best = bestfit_index.BestFitIndex.best
+@pytest.mark.parametrize("sabotaged", ["BestFitIndex", "CompiledScan"])
+def test_the_check_catches_an_early_stop(monkeypatch, sabotaged):
+    """Sabotage: the lookup claims a framework fits nowhere when it does."""
+    monkeypatch.setattr(bestfit_index, "COMPILED", sabotaged == "CompiledScan")
+    kind = getattr(bestfit_index, sabotaged)
+    real_best = kind.best
     calls = [0]
 
     def forgetful(self, framework):
         calls[0] += 1
         return -1 if calls[0] > 20 else real_best(self, framework)
 
-    monkeypatch.setattr(bestfit_index.BestFitIndex, "best", forgetful)
+    monkeypatch.setattr(kind, "best", forgetful)
     with pytest.raises(AssertionError):
         checked_fill(google_instance(10, 60, 8, constrained=False), 10)
 

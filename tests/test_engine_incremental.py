@@ -81,9 +81,27 @@ def _plain(answer: object) -> object:
     return answer
 
 
+#: The runs whose shares and best fit are kept through a run (`engine_columns.KeptShares`,
+#: `bestfit_index.CompiledScan`): DRF's share, framework first, characterized, random ties.
+KEPT_CONFIGS = st.builds(
+    EngineConfig,
+    scheduler=st.sampled_from(["drf", "bfdrf"]),
+    selection=st.sampled_from(["firstfit", "bestfit"]),
+    level=st.sampled_from(["role", "role", "framework"]),
+    trigger=st.sampled_from(["tick", "release"]),
+    seed=st.integers(0, 3),
+)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=CONFIGS, data=st.data())
 def test_same_grants_run_by_run(config: EngineConfig, data: st.DataObject) -> None:
+    same_grants_run_by_run(config, data)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=KEPT_CONFIGS, data=st.data())
+def test_same_grants_with_kept_shares(config: EngineConfig, data: st.DataObject) -> None:
     same_grants_run_by_run(config, data)
 
 

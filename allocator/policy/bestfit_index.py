@@ -18,8 +18,17 @@ Changed agents come from the state's write counter and per-agent stamps
 (`AllocationState.changes`, `changed_at`); no agent's residual changes any other way.
 Memory is 8 F A bytes (80 MB at 1,000 frameworks x 10,000 agents).
 
-Building the index costs about as much as F/2 scans, too much for an allocation run that
-serves a handful of tasks, so `BestFit` (what a selector holds) scans for the first lookups
+`CompiledScan` (what `BestFit`, the selector's lookup, uses by default: `COMPILED`) is the
+scan compiled: one pass over the agents per lookup, with the agents' half of H (their
+residual shape, `bestfit.shape_distance`'s float steps) kept through the fill and
+recomputed only for the agents a write changed, so a lookup makes only compares and
+subtractions, the same H and the same draws as `best_fit_scan`; shapes it does not cover
+(an unknown demand, one that fits nowhere, a least H that is not finite) go to the scan.
+It needs no (F, A) matrix and nothing to build, and it is faster per lookup than the
+index at 10,000 agents (the online engine's runs over many agents with a few grants each).
+
+With `COMPILED` off: building the index costs about as much as F/2 scans, too much for an
+allocation run that serves a handful of tasks, so `BestFit` scans for the first lookups
 and builds the index only once a fill has made that many; with the same answers and draws
 either way, the switch does not change the result. Above `MAX_BYTES` it always scans.
 """
@@ -28,6 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from allocator.jit import njit
 from allocator.policy.bestfit import DemandShape, demand_shape, fit_distance
 from allocator.policy.ties import RELATIVE_TIE, pick_lowest
 from allocator.state import AllocationState
@@ -40,8 +50,189 @@ MAX_BYTES = 1 << 30
 SCANS_PER_FRAMEWORK = 0.5
 MIN_SCANS = 16
 
+#: Best fit by `CompiledScan` (False: numpy scans, then the index, as before).
+COMPILED = True
+
 #: Agents per block when many columns are recomputed at once (bounds the temporaries).
 _BLOCK = 1024
+
+
+@njit
+def _agent_shapes(
+    residual: np.ndarray,
+    total: np.ndarray,
+    ref: int,
+    agents: np.ndarray,
+    shape: np.ndarray,
+    empty: np.ndarray,
+) -> None:
+    """The agent half of H (`bestfit.shape_distance`'s float steps) for reference resource
+    `ref` at `agents`: shape[i, r] = residual_r * (scale / C_r) with scale = 1 /
+    (residual_ref / C_ref), and `empty[i]` where residual_ref / C_ref <= 0 (H = +inf)."""
+    n_r = residual.shape[1]
+    for k in range(agents.shape[0]):
+        i = agents[k]
+        res_ref = residual[i, ref] / total[ref]
+        is_empty = res_ref <= 0
+        scale = 1.0 / (1.0 if is_empty else res_ref)
+        for r in range(n_r):
+            if r != ref and total[r] > 0:
+                shape[i, r] = residual[i, r] * (scale / total[r])
+        empty[i] = is_empty
+
+
+@njit
+def _scan_kernel(
+    eligible: np.ndarray,
+    demand: np.ndarray,
+    tol: np.ndarray,
+    residual: np.ndarray,
+    shape: np.ndarray,
+    empty: np.ndarray,
+    resources: np.ndarray,
+    terms: np.ndarray,
+    distance: np.ndarray,
+    tied: np.ndarray,
+) -> int:
+    """`best_fit_scan`'s feasibility, H and ties for one framework of valid shape, with the
+    same float steps (`AllocationState.fits_framework`, `bestfit.shape_distance` on the
+    agents' kept halves `shape`/`empty`, `ties.pick_lowest`): the tied agents in
+    `tied[:k]`, ascending; returns k, -1 when nothing is feasible, -2 when the least H is
+    not finite (the caller decides then)."""
+    n_a, n_r = residual.shape
+    floor = np.full(n_r, -np.inf)
+    for r in range(n_r):
+        if demand[r] > 0:
+            floor[r] = demand[r] - tol[r]
+    low = np.inf
+    feasible = 0
+    undefined = False  # a NaN H among the feasible
+    for i in range(n_a):
+        ok = eligible[i]
+        r = 0
+        while ok and r < n_r:
+            ok = residual[i, r] >= floor[r]
+            r += 1
+        if not ok:
+            distance[i] = np.nan
+            continue
+        feasible += 1
+        if empty[i]:
+            h = np.inf
+        else:
+            h = 0.0
+            for j in range(resources.shape[0]):
+                gap = abs(terms[j] - shape[i, resources[j]])
+                h = gap if j == 0 else h + gap
+        distance[i] = h
+        if np.isnan(h):
+            undefined = True
+        elif h < low:
+            low = h
+    if feasible == 0:
+        return -1
+    if undefined or not np.isfinite(low):
+        return -2
+    limit = low + RELATIVE_TIE * max(1.0, abs(low))
+    k = 0
+    for i in range(n_a):
+        if distance[i] <= limit:  # NaN (infeasible) compares False
+            tied[k] = i
+            k += 1
+    return k
+
+
+class _Shapes:
+    """`bestfit.demand_shape` of each framework's known demand, as kernel arguments, made
+    once per fill and again only when a demand becomes known (oblivious mode)."""
+
+    def __init__(self, state: AllocationState) -> None:
+        self.state = state
+        self.version = state.demand_version
+        self.shapes: dict[int, tuple[int, np.ndarray, np.ndarray] | None] = {}
+
+    def of(self, framework: int) -> tuple[int, np.ndarray, np.ndarray] | None:
+        """(ref, resources, terms), or None when H is not a shape match (demand unknown, or
+        no task of it fits anywhere)."""
+        state = self.state
+        if state.demand_version != self.version:
+            self.version = state.demand_version
+            self.shapes.clear()
+        if framework not in self.shapes:
+            demand = state.known_demand[framework]
+            shape = None
+            if not np.isnan(demand).any():
+                found = demand_shape(demand, state.cluster.total)
+                if found.valid:
+                    resources = np.array(found.resources, dtype=np.int64)
+                    shape = (found.ref, resources, np.array(found.terms, dtype=float))
+            self.shapes[framework] = shape
+        return self.shapes[framework]
+
+
+class CompiledScan:
+    """`best_fit_scan` compiled: the same agent and the same draws, in one pass over the
+    agents instead of a dozen numpy passes; a shape it does not cover goes to the scan."""
+
+    def __init__(self, state: AllocationState, rng: np.random.Generator) -> None:
+        self.state = state
+        self.rng = rng
+        self.shapes = _Shapes(state)
+        n_a = state.cluster.n_agents
+        self.distance = np.empty(n_a)
+        self.tied = np.empty(n_a, dtype=np.int64)
+        #: The agents' halves of H by reference resource, as of write `seen`.
+        self.halves: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.seen = state.changes
+        self.last = -1  # the agent returned last: usually the only one changed since
+
+    def _halves(self, ref: int) -> tuple[np.ndarray, np.ndarray]:
+        state = self.state
+        now = state.changes
+        if now != self.seen and self.halves:
+            if now == self.seen + 1 and self.last >= 0 and state.changed_at[self.last] == now:
+                changed = np.array([self.last])
+            else:
+                changed = np.flatnonzero(state.changed_at > self.seen)
+            for at, (shape, empty) in self.halves.items():
+                _agent_shapes(state.residual, state.cluster.total, at, changed, shape, empty)
+        self.seen = now
+        if ref not in self.halves:
+            n_a, n_r = state.residual.shape
+            shape, empty = np.zeros((n_a, n_r)), np.zeros(n_a, dtype=bool)
+            every = np.arange(n_a)
+            _agent_shapes(state.residual, state.cluster.total, ref, every, shape, empty)
+            self.halves[ref] = (shape, empty)
+        return self.halves[ref]
+
+    def best(self, framework: int) -> int:
+        state = self.state
+        found = self.shapes.of(framework)
+        if found is None:
+            agent = best_fit_scan(state, framework, self.rng)
+        else:
+            ref, resources, terms = found
+            shape, empty = self._halves(ref)
+            k = _scan_kernel(
+                state.cluster.eligible[framework],
+                state.fit_demand[framework],
+                state.tol,
+                state.residual,
+                shape,
+                empty,
+                resources,
+                terms,
+                self.distance,
+                self.tied,
+            )
+            if k == -2:
+                agent = best_fit_scan(state, framework, self.rng)
+            elif k <= 1:
+                agent = -1 if k < 0 else int(self.tied[0])
+            else:
+                agent = int(self.tied[self.rng.integers(k)])
+        self.last = agent
+        return agent
 
 
 def best_fit_scan(state: AllocationState, framework: int, rng: np.random.Generator) -> int:
@@ -69,11 +260,15 @@ class BestFit:
         budget = max(int(SCANS_PER_FRAMEWORK * cluster.n_frameworks), MIN_SCANS)
         #: Scans left before building the index (None: never build it).
         self.scans_left: int | None = budget if affordable else None
+        #: Compiled scans on every lookup (as fast as the index's, without building it).
+        self.compiled = CompiledScan(state, rng) if COMPILED else None
 
     def best(self, framework: int) -> int:
         """The best-fit feasible agent for `framework` (random among ties), or -1."""
         if self.index is not None:
             return self.index.best(framework)
+        if self.compiled is not None:
+            return self.compiled.best(framework)
         if self.scans_left is not None:
             if self.scans_left <= 0:
                 self.index = BestFitIndex(self.state, self.rng)

@@ -93,7 +93,7 @@ class Selector:
         n_roles = len(state.cluster.role_names)
         roles = np.zeros(n_roles, dtype=bool)
         roles[role_of[candidates]] = True
-        values = self.criterion.role_column(state, agent)
+        values = self._role_values(agent)
         contested = state.cluster.contested
         if contested is not None and agent is not None:
             room = state.residual[agent] + state.tol
@@ -106,6 +106,14 @@ class Selector:
                 return np.zeros_like(candidates)
         role = pick_lowest(values, roles, self.rng)
         return candidates & (role_of == role)
+
+    def _role_values(self, agent: int | None) -> np.ndarray:
+        """(G,) the criterion of each role (at `agent` for per-agent criteria)."""
+        return self.criterion.role_column(self.state, agent)
+
+    def _framework_values(self) -> np.ndarray:
+        """(F,) the criterion of each framework (agent-independent criteria)."""
+        return self.criterion.values(self.state)
 
     def _framework_at(self, agent: int) -> int:
         """Lowest-criterion framework that fits a task on `agent`, or -1."""
@@ -282,7 +290,7 @@ class FrameworkFirst(Selector):
             if self.role_level and candidates.any():
                 candidates = self._lowest_role(candidates, None)
             if values is None:  # the state does not change within one call
-                values = self.criterion.values(state)
+                values = self._framework_values()
             masked = np.where(candidates, values, np.inf)
             if not masked.size:  # no framework slot at all (a broker before any Register)
                 return None
