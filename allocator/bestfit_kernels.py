@@ -30,7 +30,6 @@ draw, which does, runs only when several entries tie).
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from allocator.fill_kernels import (
@@ -47,6 +46,7 @@ from allocator.fill_kernels import (
     _threshold,
     grant,
 )
+from allocator.jit import njit
 
 #: Most agents a chunk of an agent order holds (a full chunk splits in two halves).
 CHUNK = 128
@@ -56,7 +56,7 @@ CHUNK = 128
 UNORDERED = 2
 
 
-@nb.njit(cache=True)
+@njit
 def agent_shapes(agent: int, residual: np.ndarray, total: np.ndarray, refs: np.ndarray,
                  first: np.ndarray, shape: np.ndarray, empty: np.ndarray,
                  sort_key: np.ndarray) -> bool:  # fmt: skip
@@ -92,12 +92,12 @@ def agent_shapes(agent: int, residual: np.ndarray, total: np.ndarray, refs: np.n
 # chunk holding agent a; `spare[g, :n_spare[g]]` the unused chunks.
 
 
-@nb.njit(cache=True, inline="always")
+@njit(inline="always")
 def _before(ka: float, a: int, kb: float, b: int) -> bool:
     return ka < kb or (ka == kb and a < b)
 
 
-@nb.njit(cache=True, inline="always")
+@njit(inline="always")
 def _chunk_room(g: int, c: int, members: np.ndarray, size: np.ndarray, residual: np.ndarray,
                 room: np.ndarray) -> None:  # fmt: skip
     for r in range(residual.shape[1]):
@@ -107,7 +107,7 @@ def _chunk_room(g: int, c: int, members: np.ndarray, size: np.ndarray, residual:
         room[g, c, r] = most
 
 
-@nb.njit(cache=True)
+@njit
 def build_order(g: int, order: np.ndarray, sort_key: np.ndarray, residual: np.ndarray,
                 members: np.ndarray, keys: np.ndarray, size: np.ndarray, room: np.ndarray,
                 chunk_of: np.ndarray, directory: np.ndarray, n_chunks: np.ndarray,
@@ -137,7 +137,7 @@ def build_order(g: int, order: np.ndarray, sort_key: np.ndarray, residual: np.nd
         size[g, c] = 0
 
 
-@nb.njit(cache=True, inline="always")
+@njit(inline="always")
 def _held_most(g: int, c: int, held: np.ndarray, room: np.ndarray) -> bool:
     """Whether an entry whose residual was `held` when chunk c's room was last computed
     may have been the one with the most of some resource (room to recompute)."""
@@ -147,7 +147,7 @@ def _held_most(g: int, c: int, held: np.ndarray, room: np.ndarray) -> bool:
     return False
 
 
-@nb.njit(cache=True)
+@njit
 def _shrink_room(g: int, c: int, held: np.ndarray, members: np.ndarray, size: np.ndarray,
                  residual: np.ndarray, room: np.ndarray) -> None:  # fmt: skip
     """Chunk c's room after an entry's residual shrank from `held`."""
@@ -155,7 +155,7 @@ def _shrink_room(g: int, c: int, held: np.ndarray, members: np.ndarray, size: np
         _chunk_room(g, c, members, size, residual, room)
 
 
-@nb.njit(cache=True)
+@njit
 def _remove(g: int, a: int, key: float, held: np.ndarray, members: np.ndarray,
             keys: np.ndarray, size: np.ndarray, room: np.ndarray, chunk_of: np.ndarray,
             directory: np.ndarray, n_chunks: np.ndarray, spare: np.ndarray,
@@ -188,7 +188,7 @@ def _remove(g: int, a: int, key: float, held: np.ndarray, members: np.ndarray,
     n_spare[g] += 1
 
 
-@nb.njit(cache=True)
+@njit
 def _insert(g: int, a: int, key: float, members: np.ndarray, keys: np.ndarray,
             size: np.ndarray, room: np.ndarray, chunk_of: np.ndarray, directory: np.ndarray,
             n_chunks: np.ndarray, spare: np.ndarray, n_spare: np.ndarray,
@@ -269,7 +269,7 @@ def _insert(g: int, a: int, key: float, members: np.ndarray, keys: np.ndarray,
 # `class_pos`) into the orders on its own.
 
 
-@nb.njit(cache=True, inline="always")
+@njit(inline="always")
 def _fenwick_add(fenwick: np.ndarray, start: int, length: int, pos: int, delta: int) -> None:
     i = pos + 1
     while i <= length:
@@ -277,7 +277,7 @@ def _fenwick_add(fenwick: np.ndarray, start: int, length: int, pos: int, delta: 
         i += i & -i
 
 
-@nb.njit(cache=True, inline="always")
+@njit(inline="always")
 def _fenwick_prefix(fenwick: np.ndarray, start: int, pos: int) -> int:
     """How many of the class's first `pos` members are untouched."""
     total = 0
@@ -288,7 +288,7 @@ def _fenwick_prefix(fenwick: np.ndarray, start: int, pos: int) -> int:
     return total
 
 
-@nb.njit(cache=True, inline="always")
+@njit(inline="always")
 def _untouched_up_to(t: int, x: int, pristine: tuple) -> int:
     """How many untouched members of class t have an index <= x."""
     class_start, class_len, class_members, _pos, fenwick, _count, _of = pristine
@@ -303,7 +303,7 @@ def _untouched_up_to(t: int, x: int, pristine: tuple) -> int:
     return _fenwick_prefix(fenwick, start, lo)
 
 
-@nb.njit(cache=True)
+@njit
 def _draw(found: np.ndarray, tied: int, n_a: int, pristine: tuple,
           rng: np.random.Generator) -> int:  # fmt: skip
     """The agent `ties.pick_lowest` draws among the tied entries `found[:tied]` (agents and
@@ -342,7 +342,7 @@ def _draw(found: np.ndarray, tied: int, n_a: int, pristine: tuple,
     return lo
 
 
-@nb.njit(cache=True)
+@njit
 def _leave_class(a: int, pristine: tuple) -> int:
     """Agent a is touched: out of its class; returns the class's entry if that emptied it
     (-1 if not)."""
@@ -357,7 +357,7 @@ def _leave_class(a: int, pristine: tuple) -> int:
 # ---- the lookup ----------------------------------------------------------------------------
 
 
-@nb.njit(cache=True)
+@njit
 def _fits_floor(n: int, entry: int, residual: np.ndarray, floor: np.ndarray) -> bool:
     """`AllocationState.fits_framework` for one pair, eligibility aside: residual_r >= d_r -
     tol_r for every resource the task uses (floor = -inf for the others)."""
@@ -367,7 +367,7 @@ def _fits_floor(n: int, entry: int, residual: np.ndarray, floor: np.ndarray) -> 
     return True
 
 
-@nb.njit(cache=True)
+@njit
 def _chunk_fits(n: int, g: int, c: int, room: np.ndarray, floor: np.ndarray) -> bool:
     """Whether a task of n may fit on some entry of chunk c (no: it needs more of some
     resource than any there has left)."""
@@ -377,7 +377,7 @@ def _chunk_fits(n: int, g: int, c: int, room: np.ndarray, floor: np.ndarray) -> 
     return True
 
 
-@nb.njit(cache=True)
+@njit
 def _distance(n: int, g: int, entry: int, terms: np.ndarray, compared: np.ndarray,
               n_compared: int, shape: np.ndarray, empty: np.ndarray) -> float:  # fmt: skip
     """H(n, entry) as `bestfit.shape_distance` sums it: the compared resources in order."""
@@ -391,7 +391,7 @@ def _distance(n: int, g: int, entry: int, terms: np.ndarray, compared: np.ndarra
     return distance
 
 
-@nb.njit(cache=True)
+@njit
 def _best_agent(n: int, n_a: int, residual: np.ndarray, floor: np.ndarray,
                 eligible: np.ndarray, group: np.ndarray, terms: np.ndarray,
                 compared: np.ndarray, n_compared: np.ndarray, shape: np.ndarray,
@@ -508,7 +508,7 @@ def _best_agent(n: int, n_a: int, residual: np.ndarray, floor: np.ndarray,
     return tied
 
 
-@nb.njit(cache=True)
+@njit
 def bestfit(rng: np.random.Generator, ints: np.ndarray, residual: np.ndarray,
             alloc: np.ndarray, count: np.ndarray, limit: np.ndarray, wanting: np.ndarray,
             demand: np.ndarray, floor: np.ndarray, eligible: np.ndarray, weight: np.ndarray,
@@ -594,7 +594,7 @@ def bestfit(rng: np.random.Generator, ints: np.ndarray, residual: np.ndarray,
                          directory, n_chunks, spare, n_spare)  # fmt: skip
 
 
-@nb.njit(cache=True)
+@njit
 def _rebuild(g: int, missing: int, sort_key: np.ndarray, residual: np.ndarray,
              members: np.ndarray, keys: np.ndarray, size: np.ndarray, room: np.ndarray,
              chunk_of: np.ndarray, directory: np.ndarray, n_chunks: np.ndarray,

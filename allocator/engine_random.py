@@ -12,16 +12,16 @@ exactly where the draws one by one would leave it.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
+from allocator.jit import njit
 from allocator.policy.selection import FillInputs, RandomAgent, Selector
 
 #: Fewest draws made at once while looking for the next candidate.
 SMALLEST_BATCH = 64
 
 
-@nb.njit(cache=True)
+@njit
 def drop_until_candidate(
     alive: np.ndarray, size: int, draws: np.ndarray, candidate: np.ndarray
 ) -> tuple[int, int, int]:

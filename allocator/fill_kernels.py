@@ -11,8 +11,9 @@ in the arrays it is given.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
+
+from allocator.jit import njit
 
 #: As `allocator.policy.ties.RELATIVE_TIE` (`native_fill.applies` checks they agree).
 RELATIVE_TIE = 1e-9
@@ -42,7 +43,7 @@ STEPS = 6  # frameworks walked past, in all (the kernels' work, for benchmarks)
 N_INTS = 7
 
 
-@nb.njit(cache=True, inline="always")
+@njit(inline="always")
 def _max_ratio(alloc: np.ndarray, n: int, den: np.ndarray) -> float:
     """max_r alloc[n, r] / den[r] over den[r] > 0, 0 if none (`policy.base.max_ratio`)."""
     out = 0.0
@@ -57,7 +58,7 @@ def _max_ratio(alloc: np.ndarray, n: int, den: np.ndarray) -> float:
     return out
 
 
-@nb.njit(cache=True)
+@njit
 def update_keys(crit: int, n: int, alloc: np.ndarray, count: np.ndarray, weight: np.ndarray,
                 total: np.ndarray, type_cap: np.ndarray, scale: np.ndarray,
                 key: np.ndarray) -> None:  # fmt: skip
@@ -71,7 +72,7 @@ def update_keys(crit: int, n: int, alloc: np.ndarray, count: np.ndarray, weight:
             key[t, n] = _max_ratio(alloc, n, type_cap[t]) / weight[n]
 
 
-@nb.njit(cache=True, inline="always")
+@njit(inline="always")
 def _before(key: np.ndarray, t: int, a: int, b: int) -> bool:
     """Whether framework a sorts before b in order t: by key, then index."""
     ka = key[t, a]
@@ -79,7 +80,7 @@ def _before(key: np.ndarray, t: int, a: int, b: int) -> bool:
     return ka < kb or (ka == kb and a < b)
 
 
-@nb.njit(cache=True)
+@njit
 def build_orders(key: np.ndarray, wanting: np.ndarray, srt: np.ndarray) -> int:
     """The wanting frameworks by (key, index) into each `srt[t]`; returns how many."""
     members = np.flatnonzero(wanting)
@@ -93,7 +94,7 @@ def build_orders(key: np.ndarray, wanting: np.ndarray, srt: np.ndarray) -> int:
     return m
 
 
-@nb.njit(cache=True, inline="always")
+@njit(inline="always")
 def _find(t: int, a: int, m: int, key: np.ndarray, srt: np.ndarray, lo: int) -> int:
     """The first position p >= lo in order t (of length m) where a would sort before or
     at srt[t, p] (binary search by key, then index)."""
@@ -107,7 +108,7 @@ def _find(t: int, a: int, m: int, key: np.ndarray, srt: np.ndarray, lo: int) -> 
     return lo
 
 
-@nb.njit(cache=True, inline="always")
+@njit(inline="always")
 def _shift_left(row: np.ndarray, p: int, q: int) -> None:
     """row[p:q - 1] = row[p + 1:q], in place. Unsigned indices: with signed ones numba
     checks each for wraparound and the copy is not vectorized (ten times slower)."""
@@ -117,7 +118,7 @@ def _shift_left(row: np.ndarray, p: int, q: int) -> None:
         row[start + i] = row[start + i + one]
 
 
-@nb.njit(cache=True, inline="always")
+@njit(inline="always")
 def _shift_right(row: np.ndarray, p: int, q: int) -> None:
     """row[p + 1:q + 1] = row[p:q], in place (unsigned indices, as `_shift_left`)."""
     one = np.uint64(1)
@@ -128,7 +129,7 @@ def _shift_right(row: np.ndarray, p: int, q: int) -> None:
         i -= one
 
 
-@nb.njit(cache=True)
+@njit
 def _leave(n: int, m: int, key: np.ndarray, srt: np.ndarray) -> None:
     """Take n (with the keys it is ordered by) out of every order of length m."""
     for t in range(srt.shape[0]):
@@ -136,7 +137,7 @@ def _leave(n: int, m: int, key: np.ndarray, srt: np.ndarray) -> None:
         _shift_left(srt[t], p, m)
 
 
-@nb.njit(cache=True)
+@njit
 def _regrant(crit: int, n: int, leaves: bool, m: int, alloc: np.ndarray, count: np.ndarray,
              weight: np.ndarray, total: np.ndarray, type_cap: np.ndarray, scale: np.ndarray,
              key: np.ndarray, srt: np.ndarray, places: np.ndarray) -> None:  # fmt: skip
@@ -157,7 +158,7 @@ def _regrant(crit: int, n: int, leaves: bool, m: int, alloc: np.ndarray, count: 
         srt[t, q - 1] = n
 
 
-@nb.njit(cache=True)
+@njit
 def grant(crit: int, ordered: bool, n: int, agent: int, ints: np.ndarray,
           residual: np.ndarray, alloc: np.ndarray, count: np.ndarray, limit: np.ndarray,
           wanting: np.ndarray, demand: np.ndarray, weight: np.ndarray, total: np.ndarray,
@@ -185,7 +186,7 @@ def grant(crit: int, ordered: bool, n: int, agent: int, ints: np.ndarray,
     return wants
 
 
-@nb.njit(cache=True)
+@njit
 def _fits_somewhere(n: int, residual: np.ndarray, demand: np.ndarray, tol: np.ndarray,
                     eligible: np.ndarray, witness: np.ndarray) -> bool:  # fmt: skip
     """Whether one more task of n fits on some agent (the walks' own test). Residuals only
@@ -200,7 +201,7 @@ def _fits_somewhere(n: int, residual: np.ndarray, demand: np.ndarray, tol: np.nd
     return False
 
 
-@nb.njit(cache=True, inline="always")
+@njit(inline="always")
 def _fits(n: int, agent: int, residual: np.ndarray, demand: np.ndarray, tol: np.ndarray) -> bool:
     """`AllocationState.fits_agent` for one pair: d_{n,r} <= residual_r + tol_r for all r."""
     for r in range(demand.shape[1]):  # noqa: SIM110 (a loop numba compiles plainly)
@@ -209,7 +210,7 @@ def _fits(n: int, agent: int, residual: np.ndarray, demand: np.ndarray, tol: np.
     return True
 
 
-@nb.njit(cache=True, inline="always")
+@njit(inline="always")
 def _threshold(low: float) -> float:
     """The largest value tied with `low` (`ties.pick_lowest`); +inf ties only with +inf."""
     if np.isfinite(low):
@@ -217,7 +218,7 @@ def _threshold(low: float) -> float:
     return low
 
 
-@nb.njit(cache=True)
+@njit
 def rrr(crit: int, rng: np.random.Generator, ints: np.ndarray, residual: np.ndarray,
         alloc: np.ndarray, count: np.ndarray, limit: np.ndarray, wanting: np.ndarray,
         demand: np.ndarray, tol: np.ndarray, eligible: np.ndarray, weight: np.ndarray,
@@ -308,7 +309,7 @@ def rrr(crit: int, rng: np.random.Generator, ints: np.ndarray, residual: np.ndar
                 base[n] = np.inf
 
 
-@nb.njit(cache=True)
+@njit
 def _walk(crit: int, agent: int, ints: np.ndarray, residual: np.ndarray, alloc: np.ndarray,
           wanting: np.ndarray, demand: np.ndarray, tol: np.ndarray, eligible: np.ndarray,
           weight: np.ndarray, type_of: np.ndarray, type_cap: np.ndarray, key: np.ndarray,
@@ -356,7 +357,7 @@ def _walk(crit: int, agent: int, ints: np.ndarray, residual: np.ndarray, alloc: 
     return k, low, n_dead
 
 
-@nb.njit(cache=True)
+@njit
 def _scan_rps(agent: int, residual: np.ndarray, alloc: np.ndarray, alloc_t: np.ndarray,
               demand_t: np.ndarray, tol: np.ndarray, base: np.ndarray, everywhere: bool,
               eligible: np.ndarray, weight: np.ndarray, inv_weight: np.ndarray,

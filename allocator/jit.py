@@ -14,8 +14,11 @@ from typing import Any
 import numba as nb
 
 
-def njit(function: Callable[..., Any]) -> Callable[..., Any]:
+def njit(function: Callable[..., Any] | None = None, **options: Any) -> Any:
+    """`@njit` or `@njit(**options)` (numba's, e.g. inline="always"), cached where it can be."""
+    if function is None:
+        return lambda f: njit(f, **options)
     try:
-        return nb.njit(cache=True)(function)
+        return nb.njit(cache=True, **options)(function)
     except RuntimeError:  # "cannot cache function ...: no locator available"
-        return nb.njit(function)
+        return nb.njit(**options)(function)

@@ -23,6 +23,8 @@ def test_without_a_cache_locator_it_compiles_in_memory(monkeypatch):
     compiled = jit.njit(_twice)
     assert compiled(21) == 42
     assert not compiled._cache.__class__.__name__.startswith("FunctionCache")
+    inlined = jit.njit(inline="always")(_twice)  # numba's own options pass through
+    assert inlined(5) == 10 and inlined.targetoptions["inline"] == "always"
 
 
 def test_with_a_locator_it_caches():

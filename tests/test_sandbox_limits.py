@@ -482,10 +482,15 @@ def test_serve_sandbox_cpu_reaches_the_executors_cgroups(
         memory = mounts["memory"] / own["memory"].lstrip("/") / name / "A+1"
         wait_for(memory.is_dir, 30, "A's executor cgroup")
         cpu = mounts["cpu"] / own["cpu"].lstrip("/") / name / "A+1"
+        # The broker makes every controller's directory first, then writes the limits.
+        quota_file = cpu / "cpu.cfs_quota_us"
+        if quota is not None:
+            wait_for(lambda: quota_file.exists() and quota_file.read_text() == quota, 30,
+                     "A's cpu quota to be written")  # fmt: skip
         if quota is None:
             assert not cpu.exists()
         else:
-            assert (cpu / "cpu.cfs_quota_us").read_text() == quota
+            assert quota_file.read_text() == quota
             assert (cpu / "cpu.shares").read_text() == "1024\n"
     finally:
         serve.send_signal(signal.SIGTERM)
