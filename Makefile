@@ -61,9 +61,12 @@ mesos:
 	$(if $(MESOS_INSTALL),$(MESOS_INSTALL) $(CURDIR)/.mesos >/dev/null,\
 		@echo "no Mesos build in ../shared/mesos or MESOS_HOME: the real-master tests will skip")
 
-# Two pytest workers (pytest-xdist, each test to whichever is free): most of the real-component
-# tests wait on Spark, Mesos or a subprocess, so two at once keep the 2-core machine busy.
-PYTEST_ALL := $(VENV)/bin/pytest -q -n 2 --dist worksteal --durations=40
+# Three pytest workers (pytest-xdist, each test to whichever is free) on the 2-core machine:
+# most of the real-component tests wait on Spark, Mesos or a subprocess, and their JVMs start
+# on C1 alone (tests/conftest.py), so a third worker fills the waits (2026-12-01, beside other
+# helpers' benchmarks: 13 minutes of pytest with three, 25-27 with two before the JVM flags).
+# tests/support/long_first.py puts the known-long tests at the front of each worker's share.
+PYTEST_ALL := $(VENV)/bin/pytest -q -n 3 --dist worksteal --durations=40
 test: install system-deps deploy-tools mesos
 	$(VENV)/bin/ruff check .
 	$(PYTEST_ALL)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.long_first import long_first
 
 from allocator.model import Cluster
 from allocator.table1 import paper_example
@@ -22,10 +23,27 @@ LIVE_MODULES = {
 }  # fmt: skip
 
 
+#: C1 only, one GC thread, no perf-data file: JVMs that start on less CPU (docs/emulation.md).
+FAST_JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.module is not None and item.module.__name__ in LIVE_MODULES:
             item.add_marker(pytest.mark.live)
+
+
+class _LongFirst:
+    """Runs last among the collection hooks, so that it orders what -m and -k kept."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]):
+        workers = getattr(config, "workerinput", {}).get("workercount", 1)
+        items[:] = long_first(items, lambda item: item.nodeid, workers)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_LongFirst(), "fairbroker-long-first")
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +62,12 @@ def _spark_scratch(monkeypatch: pytest.MonkeyPatch):
     spark.local.dir goes in a spark-defaults.conf that every spark-submit the test starts
     reads (SPARK_CONF_DIR; a test may set its own), and executors take it from their driver.
     The directory is world-writable with the sticky bit, as /tmp is, so that executors
-    sandboxed as another user can use it. A SPARK_CONF_DIR of the caller's is left alone."""
+    sandboxed as another user can use it. A SPARK_CONF_DIR of the caller's is left alone.
+
+    The same file gives drivers and executors the JVM flags of the emulated batch
+    (docs/emulation.md: C1 only, one GC thread; a three-executor Pi job took 49 CPU-seconds
+    with them, 81 without): on two cores the suite's dozens of short-lived JVMs are its
+    main cost. A test's own extraJavaOptions (--conf) wins over these."""
     root = None
     if "SPARK_CONF_DIR" not in os.environ:
         root = Path(tempfile.mkdtemp(prefix="fairbroker-test-spark-"))
@@ -54,7 +77,11 @@ def _spark_scratch(monkeypatch: pytest.MonkeyPatch):
         local.chmod(0o1777)
         conf = root / "conf"
         conf.mkdir()
-        (conf / "spark-defaults.conf").write_text(f"spark.local.dir {local}\n")
+        (conf / "spark-defaults.conf").write_text(
+            f"spark.local.dir {local}\n"
+            f"spark.driver.extraJavaOptions {FAST_JVM_FLAGS}\n"
+            f"spark.executor.extraJavaOptions {FAST_JVM_FLAGS}\n"
+        )
         monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
     try:
         yield

@@ -1043,11 +1043,17 @@ def test_lost_agent_rescinds_its_offers_loses_its_tasks_and_reports_failure(
     stream = subscribe()
     a2 = master.agent_id("a2")
     offer = offer_on(stream, a2)
+    launched_at = len(stream.received)
     launch(stream, [offer], [task_info("stranded", offer, "echo $$ > pid; exec sleep 60")],
            filters={"refuse_seconds": 0})  # fmt: skip
     for state in ("TASK_STARTING", "TASK_RUNNING"):
         ack(stream, next_update(stream, "stranded", state))
-    outstanding = offer_on(stream, a2)  # the remainder, offered again
+    # the remainder, offered again: the first offer on a2 since the launch, which a loaded
+    # machine may deliver between the two updates (behind the cursor)
+    outstanding = wait_for(lambda: next((
+        o for e in stream.received[launched_at:] if e.get("type") == "OFFERS"
+        for o in e["offers"]["offers"] if o["agent_id"]["value"] == a2), None),
+        10, "the remainder of a2 offered again")  # fmt: skip
     sandbox = master.sandbox("stranded")
     assert sandbox is not None
     pid = int((sandbox / "pid").read_text())

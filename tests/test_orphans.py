@@ -110,8 +110,11 @@ def restart(state: Path, home: Path, limits: Limits | None = None) -> Broker:
 def test_crash_between_fork_and_record_adopts_the_executor(tmp_path, fake_spark) -> None:
     state = tmp_path / "state"
     crash_at("after-launch", state, fake_spark)
+    # the fork happened; its pid was never recorded (awaited: on a loaded machine the gated
+    # child may still be between its two execs, its environ unreadable for a moment)
+    wait_until(lambda: marked_pids(state / "agents"))
     orphan = marked_pids(state / "agents")
-    assert list(orphan) == ["1"]  # the fork happened; its pid was never recorded
+    assert list(orphan) == ["1"]
     broker = restart(state, fake_spark)
     try:
         assert set(broker.tenants["pi"].executors) == {"1"}
@@ -143,6 +146,7 @@ def test_executors_of_a_tenant_that_no_longer_validates_are_stopped(
 ) -> None:
     state = tmp_path / "state"
     crash_at("after-launch", state, fake_spark)
+    wait_until(lambda: marked_pids(state / "agents"))  # (as above)
     assert list(marked_pids(state / "agents")) == ["1"]
     stricter = Limits().with_settings(["min_demand.cpus=4"])  # PI asks for 2
     broker = restart(state, fake_spark, stricter)
