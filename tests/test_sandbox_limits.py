@@ -320,8 +320,9 @@ def test_busy_executors_share_the_cpus_in_proportion_to_their_cores(base: Path) 
 @needs_bwrap
 def test_a_quota_caps_an_executor_at_its_cores_even_with_cpus_idle(base: Path) -> None:
     """sandbox_cpu quota: an executor declaring 0.05 CPU keeps 3 processes busy; its cgroup's
-    counter shows at most 5 ms of CPU per 100 ms over 5 s (plus one period's slack), and the
-    kernel throttled it (cpu.stat nr_throttled)."""
+    counter shows at most 5 ms of CPU per 100 ms over 5 s (plus two periods' quota: a window
+    not aligned to the 100 ms periods touches one more at each end), and the kernel
+    throttled it (cpu.stat nr_throttled)."""
     state = base / "state"
     cluster = LocalCluster(
         WIDE, state / "agents", spark_home(base, SPIN),
@@ -338,7 +339,7 @@ def test_a_quota_caps_an_executor_at_its_cores_even_with_cpus_idle(base: Path) -
         time.sleep(5)
         used = group.cpu_usage_ns() - used0
         elapsed = time.monotonic() - start
-        assert used <= 0.05 * elapsed * 1e9 + 5_000_000, (used, elapsed)
+        assert used <= 0.05 * elapsed * 1e9 + 10_000_000, (used, elapsed)
         assert cpu_stat(group)["nr_throttled"] > 0
     finally:
         cluster.stop()
