@@ -226,11 +226,9 @@ class ColumnsFirst(FrameworkFirst):
             if end - head > 1:
                 tied = sorted(order[head:end])
                 at = order.index(tied[int(self.rng.integers(len(tied)))], head, end)
-            framework = order[at]
-            where = self.agent_for(framework)
-            if where >= 0:
-                return framework, where
-            self.active[framework] = False
+            pick = self.serve_or_retire(order[at])
+            if pick is not None:
+                return pick
             if at == head:
                 head += 1
             else:
@@ -265,10 +263,9 @@ class ColumnsFirst(FrameworkFirst):
                 return self._next_stepwise(shares)
             if framework < 0:
                 return None
-            where = self.agent_for(framework)
-            if where >= 0:
-                return framework, where
-            self.active[framework] = False
+            pick = self.serve_or_retire(framework)
+            if pick is not None:
+                return pick
 
     def _next_stepwise(self, shares: KeptShares) -> tuple[int, int] | None:
         """`FrameworkFirst._next_simple` on kept shares, each narrowing (the lowest role,
@@ -300,10 +297,9 @@ class ColumnsFirst(FrameworkFirst):
             framework = self._draw(k, values, candidates)
             if framework < 0:
                 return None
-            where = self.agent_for(framework)
-            if where >= 0:
-                return framework, where
-            self.active[framework] = False
+            pick = self.serve_or_retire(framework)
+            if pick is not None:
+                return pick
 
     def _draw(self, k: int, values: np.ndarray, mask: np.ndarray | None) -> int:
         """The pick among `k` tied (in `_tied`), or `pick_lowest` over `mask` (k < 0)."""

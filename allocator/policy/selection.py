@@ -236,6 +236,15 @@ class FrameworkFirst(Selector):
             return -1
         return int(np.argmax(feasible))
 
+    def serve_or_retire(self, framework: int) -> tuple[int, int] | None:
+        """(framework, the agent that serves it); None, and the framework retired for this
+        fill, where it fits nowhere."""
+        where = self.agent_for(framework)
+        if where >= 0:
+            return framework, where
+        self.active[framework] = False
+        return None
+
     def next(self) -> tuple[int, int] | None:
         if self._simple:
             return self._next_simple()
@@ -302,10 +311,9 @@ class FrameworkFirst(Selector):
                 framework = pick_lowest(values, candidates, self.rng)
                 if framework < 0:
                     return None
-            where = self.agent_for(framework)
-            if where >= 0:
-                return framework, where
-            self.active[framework] = False
+            pick = self.serve_or_retire(framework)
+            if pick is not None:
+                return pick
 
 
 #: Every selection by name (allocator.policy.registry): a factory of a `Selector` from
