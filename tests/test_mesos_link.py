@@ -530,7 +530,8 @@ def test_first_reports_delayed_past_a_run_leave_no_stale_capacity(tmp_path: Path
 
     agents = [AgentSpec(f"r{i}", {"cpus": 4, "mem": 4096}, hostname=f"127.0.4.{10 + i}")
               for i in range(3)]  # fmt: skip
-    with MesosMaster(agents, allocation_interval=0.3, work_dir=tmp_path / "mesos") as master:
+    with MesosMaster(agents, allocation_interval=0.3, heartbeat_interval=1.0,
+                    work_dir=tmp_path / "mesos") as master:
         for attempt in range(3):
             service = _service(tmp_path / f"b{attempt}", master)
             broker, backend = service.broker, service.broker.backend
@@ -564,8 +565,11 @@ def test_healthz_waits_for_reconciliation_after_a_resubscription(tmp_path: Path)
     (spark / "bin").mkdir(parents=True)
     (spark / "bin" / "spark-class").write_text("#!/bin/sh\nexec sleep 120\n")
     (spark / "bin" / "spark-class").chmod(0o755)
+    # heartbeats within the broker's 3 s timeout: a suppressed broker gets no offers, and
+    # with Mesos's 15 s it would re-subscribe by itself, using up the injected failures
     with (
-        MesosMaster(AGENTS, allocation_interval=0.3, work_dir=tmp_path / "mesos") as master,
+        MesosMaster(AGENTS, allocation_interval=0.3, heartbeat_interval=1.0,
+                    work_dir=tmp_path / "mesos") as master,
         _service(tmp_path / "b", master, str(spark)) as service,
     ):
         service.broker.register(pb.RegisterRequest(
@@ -575,6 +579,9 @@ def test_healthz_waits_for_reconciliation_after_a_resubscription(tmp_path: Path)
         ))  # fmt: skip
         wait_for(lambda: master.tasks("TASK_RUNNING"), 30, "the task to run")
         wait_for(lambda: _healthz(service)[0] == 200, 30, "healthy")
+        # an update not yet acknowledged would be sent again on the new stream and confirm
+        # the task without any RECONCILE
+        wait_for(lambda: not master.tasks("TASK_RUNNING")[0].unacknowledged, 30, "the ack")
         reconciles = len(master.calls("RECONCILE"))
         master.fail_next_call("RECONCILE")
         master.fail_next_call("RECONCILE")

@@ -31,6 +31,7 @@ class TaskView:
     state: str
     states: tuple[str, ...]
     resources: dict[str, float]
+    unacknowledged: int = 0  # status updates the agent will send again until acknowledged
 
 
 @dataclass(frozen=True)
@@ -232,6 +233,7 @@ class MesosMaster:
                         task.task_id, task.framework_id, task.agent_id, agent.name, task.state,
                         tuple(s["state"] for s in task.statuses),
                         {n: res.value(v) for n, v in task.resources.items()},
+                        len(task.pending),
                     ))  # fmt: skip
             return out
 
