@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -124,6 +125,17 @@ def _grow(array: np.ndarray, rows: int, fill: object = 0) -> np.ndarray:
     out = np.full((max(rows, 2 * array.shape[0], 8), *array.shape[1:]), fill, dtype=array.dtype)
     out[: array.shape[0]] = array
     return out
+
+
+class _FrameworkRows(NamedTuple):
+    """Per framework slot, what a run's cluster shows of the registered frameworks (free
+    slots: no demand, weight 1)."""
+
+    active: np.ndarray
+    demand: np.ndarray
+    fit_demand: np.ndarray
+    weight: np.ndarray
+    role_of: np.ndarray
 
 
 class _Placements:
@@ -226,6 +238,8 @@ class Engine:
         self._alone: TasksAlone | None = None  # TSF's y_n, from the first TSF run on
         self._capacity_version = 0  # moves whenever an agent's capacity or the agents change
         self._roles_version = 0  # moves whenever `_roles` does
+        self._frameworks_version = 0  # moves whenever a framework registers or leaves
+        self._rows_cache: tuple[int, _FrameworkRows] | None = None
         self._role_weights: tuple[int, EngineConfig, np.ndarray] | None = None
         # (capacity version, the distinct capacity rows, the largest |capacity| per resource)
         self._shapes: tuple[int, np.ndarray, np.ndarray] | None = None
@@ -409,6 +423,7 @@ class Engine:
             self._constraints[slot] = constraints
         self._count[slot] = 0.0
         self._names = None
+        self._frameworks_version += 1
         if self._alone is not None:
             self._alone.register(slot)
         self._rescan.add(slot)
@@ -459,6 +474,7 @@ class Engine:
         self._drop_filters(lambda key: key[0] == name)
         del self.frameworks[name]
         self._forget_role_if_unused(int(self._role[slot]))
+        self._frameworks_version += 1
         if freed:
             self._dirty = True
             if self.trigger is Trigger.RELEASE:
@@ -795,6 +811,20 @@ class Engine:
                 chosen |= fits
         return np.flatnonzero(chosen & live)
 
+    def _scope(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """(fresh, near) for a run over `columns` (characterized): after the last run
+        nothing fitted anywhere, so a framework that may not want tasks again (not fresh:
+        not in `_rescan`) fits, if anywhere, only where room grew since, `_touched`, whose
+        positions in `columns` are `near`. None when every agent is a candidate."""
+        if self._everywhere or self.mode is not Mode.CHARACTERIZED:
+            return None
+        fresh = np.zeros(self._framework_slots.size, dtype=bool)
+        fresh[list(self._rescan)] = True
+        touched = np.array(sorted(self._touched), dtype=np.int64)
+        at = np.minimum(np.searchsorted(columns, touched), max(len(columns) - 1, 0))
+        near = at[columns[at] == touched] if len(columns) else at[:0]
+        return fresh, near
+
     def _forget_changes(self) -> None:
         self._touched = set()
         self._rescan = set()
@@ -875,7 +905,8 @@ class Engine:
             if selection is Selection.RRR:
                 selector = ColumnsPass(inputs, self._agent_slots.size, columns)
             elif selection in (Selection.BESTFIT, Selection.FIRSTFIT):
-                selector = ColumnsFirst(inputs, selection is Selection.BESTFIT)
+                scope = self._scope(columns)
+                selector = ColumnsFirst(inputs, selection is Selection.BESTFIT, scope)
             elif selection is Selection.RANDOM:
                 from allocator.engine_random import ColumnsRandom  # compiled: on first use
 
@@ -937,26 +968,48 @@ class Engine:
         roles = self._roles or ["*"]
         capacity = self._capacity[:n_a]
         total, tol = self._totals()
+        rows = self._framework_rows()
         cluster = Columns(
             resources=self.resources,
             agent_names=_Picked(agent_names, columns),  # type: ignore[arg-type]
             framework_names=framework_names,
             capacity=capacity[columns],
-            demand=np.where(active[:, None], self._demand[:n_f], np.nan),
-            weight=np.where(active, self._weight[:n_f], 1.0),
+            demand=rows.demand,
+            weight=rows.weight,
             eligible=eligible,
             max_tasks=np.where(active, self._target[:n_f], 0.0),
-            role_of=self._role[:n_f].copy(),
+            role_of=rows.role_of,
             role_names=tuple(roles),
             role_weight=self._role_weight(roles),
             whole_total=total,
             alone=alone,
+            framework_rows=(rows.active, rows.fit_demand),
         )
-        state = AllocationState(cluster, self.mode, known_demand=self._known[:n_f], tol=tol)
         # The run's own grants only: nothing in a run reads x_{n,i}, and the engine records
         # the grants in its maps (`_record`).
-        state.load(_Placements(), self._count[:n_f], self._used[columns])  # type: ignore[arg-type]
+        placements: np.ndarray = _Placements()  # type: ignore[assignment]
+        state = AllocationState(cluster, self.mode, known_demand=self._known[:n_f], tol=tol,
+                                tasks=placements)  # fmt: skip
+        state.load(placements, self._count[:n_f], self._used[columns])
         return state
+
+    def _framework_rows(self) -> _FrameworkRows:
+        """The framework slots' rows of a run's cluster, made again only when frameworks
+        register or leave: the runs share them, and nothing in a run writes them (writable
+        all the same, so the compiled kernels see the array types they were built for)."""
+        if self._rows_cache is None or self._rows_cache[0] != self._frameworks_version:
+            n_f = self._framework_slots.size
+            active = self._active[:n_f].copy()
+            demand = np.where(active[:, None], self._demand[:n_f], np.nan)
+            rows = _FrameworkRows(
+                active=active,
+                demand=demand,
+                fit_demand=np.asfortranarray(np.nan_to_num(demand, nan=np.inf)),
+                weight=np.where(active, self._weight[:n_f], 1.0),
+                role_of=self._role[:n_f].copy(),
+            )
+            self._rows_cache = (self._frameworks_version, rows)
+        return self._rows_cache[1]
 
     def _totals(self) -> tuple[np.ndarray, np.ndarray]:
         """C_r and the fit tolerance of the whole cluster, as a dense snapshot computes them

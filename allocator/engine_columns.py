@@ -29,6 +29,13 @@ fit's H and every fit test read, and TSF's y_n (tasks alone, a sum over every ag
 framework may use at that run), which the engine keeps across runs
 (`allocator.engine_alone`; a y_n past 2^53, where sums stop being exact, runs densely).
 
+The same premise narrows each framework's own search in a characterized best- or first-fit
+run (`Engine._scope`): a framework that cannot want tasks again since the last run (not in
+the engine's `_rescan`) fits, if anywhere, only on the agents whose room grew since
+(`_touched`), so its fit tests and best-fit scans look there alone. A framework that
+registers makes every agent it fits on a candidate; without this every waiting framework
+would scan them all, at every grant of that run.
+
 What still takes a dense snapshot of every agent, and why (`restrictable`):
 
 - a per-agent criterion (PS-DSF, rPS-DSF, alpha-PS-DSF) at role level, with more than one
@@ -96,6 +103,13 @@ class Columns(Cluster):
 
     whole_total: np.ndarray | None = None
     alone: np.ndarray | None = None
+    #: (`has_demand`, `fit_demand`) as the engine keeps them across runs, or None.
+    framework_rows: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.framework_rows is not None:  # the cached properties, already known
+            self.__dict__["has_demand"], self.__dict__["fit_demand"] = self.framework_rows
 
     @property
     def total(self) -> np.ndarray:  # type: ignore[override]
@@ -138,9 +152,16 @@ class ColumnsFirst(FrameworkFirst):
     are kept through the run (`KeptShares`) and each pick is two compiled passes
     (`_next_compiled`)."""
 
-    def __init__(self, inputs: FillInputs, best: bool) -> None:
+    def __init__(
+        self, inputs: FillInputs, best: bool, scope: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> None:
         super().__init__(inputs, best)
         state = self.state
+        #: (fresh, near) from `Engine._scope`: a framework not fresh fits, if anywhere, only
+        #: at the run's agents `near`, so its fit tests and scans look there alone.
+        self.scope = scope
+        if scope is not None and self.best_fit is not None and self.best_fit.compiled:
+            self.best_fit.compiled.scope = scope
         self.shares = KeptShares.of(self.criterion, state, self.role_level)
         n_roles = len(state.cluster.role_names)
         self._tied = np.empty(max(state.cluster.n_frameworks, n_roles), dtype=np.int64)
@@ -157,6 +178,9 @@ class ColumnsFirst(FrameworkFirst):
             self.fits = self._fits_at(np.arange(n_a))
             self.hopeful = self.fits.any(axis=1)
         self._floor: np.ndarray | None = None  # (F, R) d - tol where d > 0, -inf elsewhere
+        # The candidates (active and wanting) at the fill's first compiled pick, ascending:
+        # within a fill no framework becomes one again.
+        self._members: np.ndarray | None = None
         self._witness = np.full(n_f, -1, dtype=np.int64)  # an agent where each fitted
 
     def _fits_at(self, agents: np.ndarray) -> np.ndarray:
@@ -244,8 +268,14 @@ class ColumnsFirst(FrameworkFirst):
             demand = state.fit_demand
             with np.errstate(invalid="ignore"):
                 self._floor = np.where(demand > 0, demand - state.tol, -np.inf)
+        if self._members is None:
+            self._members = np.flatnonzero(self.active & state.wanting())
+            if self.scope is None:
+                self.scope = (np.ones(len(self.active), dtype=bool), np.zeros(0, np.int64))
+        fresh, near = self.scope
         while True:  # each pass returns or retires a framework that fits nowhere
             framework = _pick_loop(
+                self._members,
                 self.active,
                 state.wanting(),
                 state.cluster.role_of,
@@ -256,6 +286,8 @@ class ColumnsFirst(FrameworkFirst):
                 self._floor,
                 state.residual,
                 self._witness,
+                fresh,
+                near,
                 self.rng,
                 self._tied,
             )
@@ -313,13 +345,15 @@ class ColumnsFirst(FrameworkFirst):
 
 @njit
 def _fits_somewhere(n: int, eligible: np.ndarray, floor: np.ndarray, residual: np.ndarray,
-                    witness: np.ndarray) -> bool:  # fmt: skip
+                    witness: np.ndarray, fresh: bool, near: np.ndarray) -> bool:  # fmt: skip
     """Whether one task of framework n fits on some agent (`fits_framework(n).any()`),
-    trying first the agent where it last fitted."""
+    trying first the agent where it last fitted; not `fresh`: n may fit only at the
+    agents `near`, and only those are tried."""
     n_a, n_r = residual.shape
     first = witness[n]
-    for step in range(-1 if first >= 0 else 0, n_a):
-        i = first if step < 0 else step
+    n_scan = n_a if fresh else near.shape[0]
+    for step in range(-1 if first >= 0 else 0, n_scan):
+        i = first if step < 0 else (step if fresh else near[step])
         ok = eligible[n, i]
         r = 0
         while ok and r < n_r:
@@ -333,72 +367,81 @@ def _fits_somewhere(n: int, eligible: np.ndarray, floor: np.ndarray, residual: n
 
 
 @njit
-def _pick_loop(active: np.ndarray, wanting: np.ndarray, role_of: np.ndarray, n_roles: int,
-               values: np.ndarray, role_values: np.ndarray, eligible: np.ndarray,
-               floor: np.ndarray, residual: np.ndarray, witness: np.ndarray,
+def _pick_loop(members: np.ndarray, active: np.ndarray, wanting: np.ndarray,
+               role_of: np.ndarray, n_roles: int, values: np.ndarray, role_values: np.ndarray,
+               eligible: np.ndarray, floor: np.ndarray, residual: np.ndarray,
+               witness: np.ndarray, fresh: np.ndarray, near: np.ndarray,
                rng: np.random.Generator, tied: np.ndarray) -> int:  # fmt: skip
     """`FrameworkFirst._next_simple`'s picks (role level when `n_roles` > 0: the lowest
     role among those with a candidate, then the lowest framework in it; ties as
     `ties.pick_lowest` draws them, numba's `Generator.integers` being NumPy's) until one
     fits somewhere; each that fits nowhere is retired (`active`), as the generic pass
-    retires it after a lookup that finds nothing and draws nothing. Returns that
-    framework, -1 when no candidate is left, -2 (before any draw) when a candidate's
-    share or its role's is not finite."""
-    n_f = active.shape[0]
-    buckets = max(n_roles, 1)
-    count = np.zeros(buckets + 1, dtype=np.int64)
-    for n in range(n_f):
+    retires it after a lookup that finds nothing and draws nothing. The candidates are
+    the frameworks of `members` (ascending; a superset kept through the fill) still active
+    and wanting, so a pick costs what the candidates number, not the framework slots.
+    Returns that framework, -1 when no candidate is left, -2 (before any draw) when a
+    candidate's share or its role's is not finite."""
+    live = np.empty(members.shape[0], dtype=np.int64)
+    m = 0
+    for n in members:
         if active[n] and wanting[n]:
             if not np.isfinite(values[n]):
                 return -2
             if n_roles > 0 and not np.isfinite(role_values[role_of[n]]):
                 return -2
-            count[(role_of[n] if n_roles > 0 else 0) + 1] += 1
-    for g in range(buckets):
-        count[g + 1] += count[g]
-    start = count.copy()  # bucket g: members[start[g]:start[g + 1]], ascending
-    members = np.empty(count[buckets], dtype=np.int64)
-    fill = count[:buckets].copy()
-    for n in range(n_f):
-        if active[n] and wanting[n]:
-            g = role_of[n] if n_roles > 0 else 0
-            members[fill[g]] = n
-            fill[g] += 1
-    left = np.zeros(buckets, dtype=np.int64)  # candidates still active in each bucket
-    for g in range(buckets):
-        left[g] = start[g + 1] - start[g]
-    remaining = members.shape[0]
+            live[m] = n
+            m += 1
+    live = live[:m]
+    keys = np.zeros(m, dtype=np.int64)
+    if n_roles > 0:  # grouped by role, ascending roles, each group in framework order
+        keys = role_of[live]
+        order = np.argsort(keys, kind="mergesort")
+        live, keys = live[order], keys[order]
+    start = np.empty(m + 1, dtype=np.int64)  # bucket b: live[start[b]:start[b + 1]]
+    role = np.empty(m, dtype=np.int64)  # bucket b's role, ascending
+    buckets = 0
+    for j in range(m):
+        if j == 0 or keys[j] != keys[j - 1]:
+            start[buckets] = j
+            role[buckets] = keys[j]
+            buckets += 1
+    start[buckets] = m
+    left = np.empty(buckets, dtype=np.int64)  # candidates still active in each bucket
+    for b in range(buckets):
+        left[b] = start[b + 1] - start[b]
+    remaining = m
     while remaining > 0:
-        g = 0
-        if n_roles > 0:
+        b = 0
+        if n_roles > 0:  # the tied roles in role order, as bucket numbers
             low = np.inf
-            for h in range(n_roles):
-                if left[h] > 0 and role_values[h] < low:
-                    low = role_values[h]
+            for h in range(buckets):
+                if left[h] > 0 and role_values[role[h]] < low:
+                    low = role_values[role[h]]
             limit = low + RELATIVE_TIE * max(1.0, abs(low))
             k = 0
-            for h in range(n_roles):
-                if left[h] > 0 and role_values[h] <= limit:
+            for h in range(buckets):
+                if left[h] > 0 and role_values[role[h]] <= limit:
                     tied[k] = h
                     k += 1
-            g = tied[0] if k == 1 else tied[rng.integers(0, k)]
+            b = tied[0] if k == 1 else tied[rng.integers(0, k)]
         low = np.inf
-        for j in range(start[g], start[g + 1]):
-            n = members[j]
+        for j in range(start[b], start[b + 1]):
+            n = live[j]
             if active[n] and values[n] < low:
                 low = values[n]
         limit = low + RELATIVE_TIE * max(1.0, abs(low))
         k = 0
-        for j in range(start[g], start[g + 1]):
-            n = members[j]
+        for j in range(start[b], start[b + 1]):
+            n = live[j]
             if active[n] and values[n] <= limit:
                 tied[k] = n
                 k += 1
         framework = tied[0] if k == 1 else tied[rng.integers(0, k)]
-        if _fits_somewhere(framework, eligible, floor, residual, witness):
+        if _fits_somewhere(framework, eligible, floor, residual, witness, fresh[framework],
+                           near):  # fmt: skip
             return framework
         active[framework] = False
-        left[g] -= 1
+        left[b] -= 1
         remaining -= 1
     return -1
 

@@ -205,6 +205,12 @@ class Cluster:
     def has_demand(self) -> np.ndarray:
         return ~np.isnan(self.demand).any(axis=1)
 
+    @cached_property
+    def fit_demand(self) -> np.ndarray:
+        """d with inf for a resource a framework without demand lacks, so it fits nowhere
+        (column-major; every allocation state of the cluster reads it, none writes it)."""
+        return np.asfortranarray(np.nan_to_num(self.demand, nan=np.inf))
+
     def fit(self, demand: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray:
         """gamma_{n,i} = min_r c_{i,r}/d_{n,r}: tasks of n an empty agent i holds (real-valued).
 

@@ -48,16 +48,18 @@ class AllocationState:
         mode: Mode | str = Mode.CHARACTERIZED,
         known_demand: np.ndarray | None = None,
         tol: np.ndarray | None = None,
+        tasks: np.ndarray | None = None,
     ) -> None:
         """`known_demand` overrides what the policy may know (the online engine passes the
         declared or observed demand of each framework); `tol` the fit tolerance (the
-        engine's whole cluster's, over some of its agents)."""
+        engine's whole cluster's, over some of its agents); `tasks` x_{n,i} in place of a
+        dense (F, A) array of zeros (the engine's sparse placements, then `load`)."""
         self.cluster = cluster
         self.mode = Mode(mode)
         n_f, n_a = cluster.n_frameworks, cluster.n_agents
         # Column-major: the hot loops read one resource across all agents or frameworks.
         self.residual = np.asfortranarray(cluster.capacity, dtype=float).copy(order="F")
-        self.tasks = np.zeros((n_f, n_a), dtype=np.int64)
+        self.tasks = np.zeros((n_f, n_a), dtype=np.int64) if tasks is None else tasks
         self.count = np.zeros(n_f, dtype=float)
         self.alloc = np.zeros((n_f, len(cluster.resources)), dtype=float, order="F")
         self.limit = cluster.max_tasks.astype(float).copy()
@@ -72,8 +74,7 @@ class AllocationState:
         self.demand_version = 0
         # Frameworks without a demand cannot take tasks in a static fill.
         self.runnable = cluster.has_demand.copy()
-        # d with inf for a resource a framework without demand lacks, so it fits nowhere.
-        self.fit_demand = np.asfortranarray(np.nan_to_num(cluster.demand, nan=np.inf))
+        self.fit_demand = cluster.fit_demand
         if tol is None:
             self.tol = 1e-9 * np.maximum(cluster.capacity.max(axis=0, initial=0.0), 1.0)
         else:

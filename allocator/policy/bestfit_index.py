@@ -93,12 +93,18 @@ def _scan_kernel(
     terms: np.ndarray,
     distance: np.ndarray,
     tied: np.ndarray,
+    agents: np.ndarray,
+    every: bool,
+    only: int,
 ) -> int:
     """`best_fit_scan`'s feasibility, H and ties for one framework of valid shape, with the
     same float steps (`AllocationState.fits_framework`, `bestfit.shape_distance` on the
     agents' kept halves `shape`/`empty`, `ties.pick_lowest`): the tied agents in
     `tied[:k]`, ascending; returns k, -1 when nothing is feasible, -2 when the least H is
-    not finite (the caller decides then)."""
+    not finite (the caller decides then). Not `every`: only at `agents` (ascending, every
+    agent where the framework may fit among them). `only` >= 0: `distance` holds this
+    framework's H from a call that returned k >= 1, and agent `only` alone changed since:
+    only its H is computed again."""
     n_a, n_r = residual.shape
     floor = np.full(n_r, -np.inf)
     for r in range(n_r):
@@ -107,7 +113,16 @@ def _scan_kernel(
     low = np.inf
     feasible = 0
     undefined = False  # a NaN H among the feasible
-    for i in range(n_a):
+    n_scan = n_a if every else agents.shape[0]
+    for at in range(n_scan):
+        i = at if every else agents[at]
+        if only >= 0 and i != only:
+            kept = distance[i]
+            if not np.isnan(kept):  # NaN: infeasible (that call found no undefined H)
+                feasible += 1
+                if kept < low:
+                    low = kept
+            continue
         ok = eligible[i]
         r = 0
         while ok and r < n_r:
@@ -135,7 +150,8 @@ def _scan_kernel(
         return -2
     limit = low + RELATIVE_TIE * max(1.0, abs(low))
     k = 0
-    for i in range(n_a):
+    for at in range(n_scan):
+        i = at if every else agents[at]
         if distance[i] <= limit:  # NaN (infeasible) compares False
             tied[k] = i
             k += 1
@@ -185,6 +201,14 @@ class CompiledScan:
         self.halves: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.seen = state.changes
         self.last = -1  # the agent returned last: usually the only one changed since
+        #: (fresh, near): a framework not `fresh` can fit only at the agents `near`
+        #: (ascending), so its scans cover those alone (`Engine._scope`); None: all agents.
+        self.scope: tuple[np.ndarray, np.ndarray] | None = None
+        self._none = np.zeros(0, dtype=np.int64)
+        #: (framework, ref, demand version, write) of the last kernel call that left that
+        #: framework's H in `distance`: a next lookup for it after one grant on the agent
+        #: it returned computes that agent's H alone.
+        self._kept: tuple[int, int, int, int] | None = None
 
     def _halves(self, ref: int) -> tuple[np.ndarray, np.ndarray]:
         state = self.state
@@ -209,10 +233,22 @@ class CompiledScan:
         state = self.state
         found = self.shapes.of(framework)
         if found is None:
+            self._kept = None
             agent = best_fit_scan(state, framework, self.rng)
         else:
             ref, resources, terms = found
             shape, empty = self._halves(ref)
+            near, every = self._none, True
+            if self.scope is not None and not self.scope[0][framework]:
+                near, every = self.scope[1], False
+            now = state.changes
+            only = -1
+            if (
+                self._kept == (framework, ref, state.demand_version, now - 1)
+                and self.last >= 0
+                and state.changed_at[self.last] == now
+            ):
+                only = self.last
             k = _scan_kernel(
                 state.cluster.eligible[framework],
                 state.fit_demand[framework],
@@ -224,7 +260,11 @@ class CompiledScan:
                 terms,
                 self.distance,
                 self.tied,
+                near,
+                every,
+                only,
             )
+            self._kept = (framework, ref, state.demand_version, now) if k >= 1 else None
             if k == -2:
                 agent = best_fit_scan(state, framework, self.rng)
             elif k <= 1:
