@@ -178,8 +178,8 @@ class ColumnsFirst(FrameworkFirst):
             self.fits = self._fits_at(np.arange(n_a))
             self.hopeful = self.fits.any(axis=1)
         self._floor: np.ndarray | None = None  # (F, R) d - tol where d > 0, -inf elsewhere
-        # The candidates (active and wanting) at the fill's first compiled pick, ascending:
-        # within a fill no framework becomes one again.
+        # The candidates (active and wanting) at the fill's first compiled pick, ascending
+        # (by role first at role level): within a fill no framework becomes one again.
         self._members: np.ndarray | None = None
         self._witness = np.full(n_f, -1, dtype=np.int64)  # an agent where each fitted
 
@@ -269,7 +269,10 @@ class ColumnsFirst(FrameworkFirst):
             with np.errstate(invalid="ignore"):
                 self._floor = np.where(demand > 0, demand - state.tol, -np.inf)
         if self._members is None:
-            self._members = np.flatnonzero(self.active & state.wanting())
+            members = np.flatnonzero(self.active & state.wanting())
+            if self.role_level:  # grouped by role, as `_pick_loop` reads them
+                members = members[np.argsort(state.cluster.role_of[members], kind="stable")]
+            self._members = members
             if self.scope is None:
                 self.scope = (np.ones(len(self.active), dtype=bool), np.zeros(0, np.int64))
         fresh, near = self.scope
@@ -377,8 +380,9 @@ def _pick_loop(members: np.ndarray, active: np.ndarray, wanting: np.ndarray,
     `ties.pick_lowest` draws them, numba's `Generator.integers` being NumPy's) until one
     fits somewhere; each that fits nowhere is retired (`active`), as the generic pass
     retires it after a lookup that finds nothing and draws nothing. The candidates are
-    the frameworks of `members` (ascending; a superset kept through the fill) still active
-    and wanting, so a pick costs what the candidates number, not the framework slots.
+    the frameworks of `members` (a superset kept through the fill, ascending, and at role
+    level grouped by role, roles ascending) still active and wanting, so a pick costs what
+    the candidates number, not the framework slots.
     Returns that framework, -1 when no candidate is left, -2 (before any draw) when a
     candidate's share or its role's is not finite."""
     live = np.empty(members.shape[0], dtype=np.int64)
@@ -392,11 +396,7 @@ def _pick_loop(members: np.ndarray, active: np.ndarray, wanting: np.ndarray,
             live[m] = n
             m += 1
     live = live[:m]
-    keys = np.zeros(m, dtype=np.int64)
-    if n_roles > 0:  # grouped by role, ascending roles, each group in framework order
-        keys = role_of[live]
-        order = np.argsort(keys, kind="mergesort")
-        live, keys = live[order], keys[order]
+    keys = role_of[live] if n_roles > 0 else np.zeros(m, dtype=np.int64)
     start = np.empty(m + 1, dtype=np.int64)  # bucket b: live[start[b]:start[b + 1]]
     role = np.empty(m, dtype=np.int64)  # bucket b's role, ascending
     buckets = 0
