@@ -530,8 +530,7 @@ def test_first_reports_delayed_past_a_run_leave_no_stale_capacity(tmp_path: Path
 
     agents = [AgentSpec(f"r{i}", {"cpus": 4, "mem": 4096}, hostname=f"127.0.4.{10 + i}")
               for i in range(3)]  # fmt: skip
-    with MesosMaster(agents, allocation_interval=0.3, heartbeat_interval=1.0,
-                    work_dir=tmp_path / "mesos") as master:
+    with MesosMaster(agents, allocation_interval=0.3, work_dir=tmp_path / "mesos") as master:
         for attempt in range(3):
             service = _service(tmp_path / f"b{attempt}", master)
             broker, backend = service.broker, service.broker.backend
