@@ -42,7 +42,7 @@ from allocator.engine_config import EngineConfig, Trigger
 from allocator.errors import FairbrokerError
 from allocator.filling import progressive_fill
 from allocator.mesos_defaults import MIN_ALLOCATABLE
-from allocator.model import Cluster, matches_constraints
+from allocator.model import Cluster, fit_demand_of, matches_constraints
 from allocator.policy import Selection, Ties, scheduler
 from allocator.policy.levels import Level
 from allocator.policy.selection import FillInputs, Selector, make_selector
@@ -1004,7 +1004,7 @@ class Engine:
             rows = _FrameworkRows(
                 active=active,
                 demand=demand,
-                fit_demand=np.asfortranarray(np.nan_to_num(demand, nan=np.inf)),
+                fit_demand=fit_demand_of(demand),
                 weight=np.where(active, self._weight[:n_f], 1.0),
                 role_of=self._role[:n_f].copy(),
             )

@@ -160,6 +160,12 @@ def eligibility_matrix(spec: ScenarioSpec) -> np.ndarray:
     return eligible
 
 
+def fit_demand_of(demand: np.ndarray) -> np.ndarray:
+    """d with inf for a resource a framework without demand lacks, so it fits nowhere
+    (column-major: the fit tests read one resource across all frameworks)."""
+    return np.asfortranarray(np.nan_to_num(demand, nan=np.inf))
+
+
 @dataclass(frozen=True, eq=False)
 class Cluster:
     """Immutable array view of a scenario.
@@ -207,9 +213,9 @@ class Cluster:
 
     @cached_property
     def fit_demand(self) -> np.ndarray:
-        """d with inf for a resource a framework without demand lacks, so it fits nowhere
-        (column-major; every allocation state of the cluster reads it, none writes it)."""
-        return np.asfortranarray(np.nan_to_num(self.demand, nan=np.inf))
+        """`fit_demand_of(demand)`: every allocation state of the cluster reads it, none
+        writes it."""
+        return fit_demand_of(self.demand)
 
     def fit(self, demand: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray:
         """gamma_{n,i} = min_r c_{i,r}/d_{n,r}: tasks of n an empty agent i holds (real-valued).
