@@ -205,16 +205,22 @@ class CompiledScan:
         #: (ascending), so its scans cover those alone (`Engine._scope`); None: all agents.
         self.scope: tuple[np.ndarray, np.ndarray] | None = None
         self._none = np.zeros(0, dtype=np.int64)
-        #: (framework, ref, demand version, write) of the last kernel call that left that
-        #: framework's H in `distance`: a next lookup for it after one grant on the agent
-        #: it returned computes that agent's H alone.
-        self._kept: tuple[int, int, int, int] | None = None
+        #: (framework, ref, demand version) of the last lookup, when its kernel call left
+        #: that framework's H in `distance`: the next lookup for it, after one grant on the
+        #: agent it returned, computes that agent's H alone.
+        self._kept: tuple[int, int, int] | None = None
+
+    def _last_alone_changed(self) -> bool:
+        """Whether one write since the last lookup changed the agent it returned, and
+        nothing else."""
+        now = self.state.changes
+        return now == self.seen + 1 and self.last >= 0 and self.state.changed_at[self.last] == now
 
     def _halves(self, ref: int) -> tuple[np.ndarray, np.ndarray]:
         state = self.state
         now = state.changes
         if now != self.seen and self.halves:
-            if now == self.seen + 1 and self.last >= 0 and state.changed_at[self.last] == now:
+            if self._last_alone_changed():
                 changed = np.array([self.last])
             else:
                 changed = np.flatnonzero(state.changed_at > self.seen)
@@ -237,18 +243,12 @@ class CompiledScan:
             agent = best_fit_scan(state, framework, self.rng)
         else:
             ref, resources, terms = found
+            kept = (framework, ref, state.demand_version)
+            only = self.last if self._kept == kept and self._last_alone_changed() else -1
             shape, empty = self._halves(ref)
             near, every = self._none, True
             if self.scope is not None and not self.scope[0][framework]:
                 near, every = self.scope[1], False
-            now = state.changes
-            only = -1
-            if (
-                self._kept == (framework, ref, state.demand_version, now - 1)
-                and self.last >= 0
-                and state.changed_at[self.last] == now
-            ):
-                only = self.last
             k = _scan_kernel(
                 state.cluster.eligible[framework],
                 state.fit_demand[framework],
@@ -264,7 +264,7 @@ class CompiledScan:
                 every,
                 only,
             )
-            self._kept = (framework, ref, state.demand_version, now) if k >= 1 else None
+            self._kept = kept if k >= 1 else None
             if k == -2:
                 agent = best_fit_scan(state, framework, self.rng)
             elif k <= 1:
