@@ -743,9 +743,19 @@ def test_kill_honours_the_grace_period_seen_from_outside(
     )  # fmt: skip
     polite = task_info("polite", offer, "sleep 60")
     launch(stream, [offer], [stubborn, polite])
-    for task_id in ("stubborn", "polite"):
-        for state in ("TASK_STARTING", "TASK_RUNNING"):
-            ack(stream, next_update(stream, task_id, state))
+    # The two tasks' updates interleave: take each wanted one as it comes (waiting for one
+    # task's first would step past the other's that came before it).
+    wanted = {(t, s) for t in ("stubborn", "polite") for s in ("TASK_STARTING", "TASK_RUNNING")}
+    while wanted:  # each pass takes one of them
+        event = stream.wait_event(
+            lambda e: e.get("type") == "UPDATE"
+            and (e["update"]["status"]["task_id"]["value"], e["update"]["status"]["state"])
+            in wanted,
+            10.0, what=f"UPDATE of {sorted(wanted)}",
+        )  # fmt: skip
+        status = dict(event["update"]["status"])
+        wanted.discard((status["task_id"]["value"], status["state"]))
+        ack(stream, status)
     wait_for(lambda: child.exists() and pid.exists() and child.read_text().strip()
              and pid.read_text().strip(), 10, "the stubborn task's pids")  # fmt: skip
     pids = [int(path.read_text()) for path in (pid, child)]
