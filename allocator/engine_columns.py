@@ -65,7 +65,7 @@ from allocator.policy.base import Criterion
 from allocator.policy.levels import Level, RoleHoldings
 from allocator.policy.selection import AgentPass, FillInputs, FrameworkFirst, Selection
 from allocator.policy.ties import RELATIVE_TIE, Ties, pick_lowest
-from allocator.state import AllocationState, Mode
+from allocator.state import AllocationState, Grant, Mode
 
 #: Criteria that read only the holders' allocations and the agent being served (FUGA's is
 #: DRF), and TSF, whose y_n, summed over the whole cluster, a run reads from `Columns.alone`.
@@ -264,17 +264,8 @@ class ColumnsFirst(FrameworkFirst):
         and retires those that fit nowhere; with a share that is not finite, the passes
         of `_next_stepwise` instead."""
         state = self.state
-        if self._floor is None:
-            demand = state.fit_demand
-            with np.errstate(invalid="ignore"):
-                self._floor = np.where(demand > 0, demand - state.tol, -np.inf)
-        if self._members is None:
-            members = np.flatnonzero(self.active & state.wanting())
-            if self.role_level:  # grouped by role, as `_pick_loop` reads them
-                members = members[np.argsort(state.cluster.role_of[members], kind="stable")]
-            self._members = members
-            if self.scope is None:
-                self.scope = (np.ones(len(self.active), dtype=bool), np.zeros(0, np.int64))
+        self.prepare_compiled()
+        assert self.scope is not None
         fresh, near = self.scope
         while True:  # each pass returns or retires a framework that fits nowhere
             framework = _pick_loop(
@@ -301,6 +292,27 @@ class ColumnsFirst(FrameworkFirst):
             pick = self.serve_or_retire(framework)
             if pick is not None:
                 return pick
+
+    def prepare_compiled(self) -> None:
+        """What the compiled picks read, made at the fill's first: the fit floors, the
+        candidates (`_members`) and a scope of every agent if none was given."""
+        state = self.state
+        if self._floor is None:
+            demand = state.fit_demand
+            with np.errstate(invalid="ignore"):
+                self._floor = np.where(demand > 0, demand - state.tol, -np.inf)
+        if self._members is None:
+            members = np.flatnonzero(self.active & state.wanting())
+            if self.role_level:  # grouped by role, as `_pick_loop` reads them
+                members = members[np.argsort(state.cluster.role_of[members], kind="stable")]
+            self._members = members
+            if self.scope is None:
+                self.scope = (np.ones(len(self.active), dtype=bool), np.zeros(0, np.int64))
+
+    def fill(self, max_grants: int | None) -> list[Grant] | None:
+        from allocator import engine_bulk  # compiled: on first use
+
+        return engine_bulk.fill(self, max_grants) if engine_bulk.applies(self) else None
 
     def _next_stepwise(self, shares: KeptShares) -> tuple[int, int] | None:
         """`FrameworkFirst._next_simple` on kept shares, each narrowing (the lowest role,

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocator import engine_random
+from allocator import engine_bulk, engine_random
 from allocator.engine import Engine, EngineError
 from allocator.engine_config import EngineConfig
 from tests.support import reference_engine as reference
@@ -134,9 +134,65 @@ def test_random_same_grants_run_by_run(config: EngineConfig, data: st.DataObject
         same_grants_run_by_run(config, data)
 
 
-def same_grants_run_by_run(
-    config: EngineConfig, data: st.DataObject, events: list[str] = EVENTS
+#: BF-DRF's runs that `allocator.engine_bulk` fills in one compiled loop: several roles,
+#: weights, constraints, caps; some tenants' demands not declared (the loop hands their
+#: lookups back to Python).
+COMPILED_CONFIGS = st.builds(
+    EngineConfig,
+    scheduler=st.just("bfdrf"),
+    selection=st.just("bestfit"),
+    level=st.just("role"),
+    trigger=st.sampled_from(["tick", "release"]),
+    seed=st.integers(0, 3),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=COMPILED_CONFIGS, data=st.data(), log=st.sampled_from([engine_bulk.LOG, 1, 3]))
+def test_compiled_fill_same_grants_run_by_run(
+    config: EngineConfig, data: st.DataObject, log: int
 ) -> None:
+    """A grant log shorter than a run re-enters the loop mid-run."""
+    with mock.patch.object(engine_bulk, "LOG", log):
+        same_grants_run_by_run(config, data, undeclared=True)
+
+
+def test_compiled_fill_hands_steps_back_and_re_enters() -> None:
+    """Hand-built: three roles on mixed agents, two tenants that declare nothing (their
+    lookups go back to Python), a grant log of 5 (the loop re-enters mid-run): the same
+    grants as the reference engine, run after run, and every kind of return is seen."""
+    statuses: list[int] = []
+    loop = engine_bulk._fill
+
+    def recorded(*args):  # type: ignore[no-untyped-def]
+        statuses.append(loop(*args))
+        return statuses[-1]
+
+    config = EngineConfig.mesos("bfdrf", seed=2)
+    new, old = Engine(("cpus", "mem"), config), reference.Engine(("cpus", "mem"), config)
+    with mock.patch.object(engine_bulk, "LOG", 5), mock.patch.object(
+        engine_bulk, "_fill", recorded
+    ):
+        for i in range(12):
+            capacity = {"cpus": [4.0, 8.0, 2.0][i % 3], "mem": [8.0, 4.0, 2.0][i % 3]}
+            _both(new, old, "add_agent", f"a{i}", capacity)
+        for k in range(8):
+            demand = {"cpus": [1.0, 0.5, 2.0][k % 3], "mem": [0.5, 1.0, 1.0, 3.0][k % 4]}
+            _both(new, old, "register", f"t{k}", demand, "xyz"[k % 3], 1.0 + k % 2, 20.0,
+                  declared=k not in (2, 5), require_fit=False)  # fmt: skip
+        made = _both(new, old, "allocate", 0.0)
+        for grant in made[:9]:
+            _both(new, old, "release", grant.framework, grant.agent, 1)
+        _both(new, old, "allocate", 1.0)
+    assert len(made) > 20
+    assert {engine_bulk.DONE, engine_bulk.FULL, engine_bulk.LOOKUP} <= set(statuses)
+
+
+def same_grants_run_by_run(
+    config: EngineConfig, data: st.DataObject, events: list[str] = EVENTS,
+    undeclared: bool = False,
+) -> None:
+    """`undeclared`: some tenants do not declare their demand (characterized mode)."""
     resources = ("cpus", "mem")
     new, old = Engine(resources, config), reference.Engine(resources, config)
     agents: list[str] = []
@@ -159,8 +215,10 @@ def same_grants_run_by_run(
             role = data.draw(st.sampled_from(["*", "x", "y"]))
             weight = data.draw(st.sampled_from([1.0, 2.0]))
             target = float(data.draw(st.integers(0, 12)))
-            if _both(new, old, "register", name, demand, role, weight, target, constraints,
-                     require_fit=False) is None and name in old.frameworks:  # fmt: skip
+            declared = not undeclared or data.draw(st.booleans())
+            registered = _both(new, old, "register", name, demand, role, weight, target,
+                               constraints, declared=declared, require_fit=False)  # fmt: skip
+            if registered is None and name in old.frameworks:
                 frameworks.append(name)
         elif event == "run":
             now += data.draw(st.sampled_from([0.0, 1.0, 3.0, 7.0]))

@@ -194,11 +194,14 @@ class CompiledScan:
         self.state = state
         self.rng = rng
         self.shapes = _Shapes(state)
-        n_a = state.cluster.n_agents
+        n_a, n_r = state.residual.shape
         self.distance = np.empty(n_a)
         self.tied = np.empty(n_a, dtype=np.int64)
-        #: The agents' halves of H by reference resource, as of write `seen`.
-        self.halves: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        #: The agents' halves of H for each reference resource that has them (`built`), as
+        #: of write `seen`: shape[ref] (A, R) and empty[ref] (A,).
+        self.shape = np.zeros((n_r, n_a, n_r))
+        self.empty = np.zeros((n_r, n_a), dtype=bool)
+        self.built = np.zeros(n_r, dtype=bool)
         self.seen = state.changes
         self.last = -1  # the agent returned last: usually the only one changed since
         #: (fresh, near): a framework not `fresh` can fit only at the agents `near`
@@ -216,24 +219,36 @@ class CompiledScan:
         now = self.state.changes
         return now == self.seen + 1 and self.last >= 0 and self.state.changed_at[self.last] == now
 
-    def _halves(self, ref: int) -> tuple[np.ndarray, np.ndarray]:
+    def catch_up(self) -> None:
+        """Bring the halves up to the state's current write."""
         state = self.state
         now = state.changes
-        if now != self.seen and self.halves:
+        if now != self.seen and self.built.any():
             if self._last_alone_changed():
                 changed = np.array([self.last])
             else:
                 changed = np.flatnonzero(state.changed_at > self.seen)
-            for at, (shape, empty) in self.halves.items():
-                _agent_shapes(state.residual, state.cluster.total, at, changed, shape, empty)
+            for at in np.flatnonzero(self.built).tolist():
+                _agent_shapes(state.residual, state.cluster.total, at, changed, self.shape[at],
+                              self.empty[at])  # fmt: skip
         self.seen = now
-        if ref not in self.halves:
-            n_a, n_r = state.residual.shape
-            shape, empty = np.zeros((n_a, n_r)), np.zeros(n_a, dtype=bool)
-            every = np.arange(n_a)
-            _agent_shapes(state.residual, state.cluster.total, ref, every, shape, empty)
-            self.halves[ref] = (shape, empty)
-        return self.halves[ref]
+
+    def _halves(self, ref: int) -> tuple[np.ndarray, np.ndarray]:
+        state = self.state
+        self.catch_up()
+        if not self.built[ref]:
+            every = np.arange(state.residual.shape[0])
+            _agent_shapes(state.residual, state.cluster.total, ref, every, self.shape[ref],
+                          self.empty[ref])  # fmt: skip
+            self.built[ref] = True
+        return self.shape[ref], self.empty[ref]
+
+    def written_through(self) -> None:
+        """The halves are up to date at the state's current write, and no framework's H is
+        kept (after grants made by the compiled fill, `allocator.engine_bulk`)."""
+        self.seen = self.state.changes
+        self.last = -1
+        self._kept = None
 
     def best(self, framework: int) -> int:
         state = self.state
