@@ -134,6 +134,7 @@ class _FrameworkRows(NamedTuple):
     active: np.ndarray
     demand: np.ndarray
     fit_demand: np.ndarray
+    held_demand: np.ndarray
     weight: np.ndarray
     role_of: np.ndarray
 
@@ -217,9 +218,13 @@ class Engine:
         # agent slot -> framework slot -> tasks (only pairs that hold tasks).
         self._placed: dict[int, dict[int, int]] = {}
         self._hosted: dict[int, dict[int, int]] = {}
+        # What one task of each registered framework slot holds, as its grants report it.
+        self._held: dict[int, dict[str, float]] = {}
         self._count = np.zeros(0)  # x_n
         self._used = np.zeros((0, n_r))  # resources allocated on each agent
         self._names: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+        # The agents' names alone, by capacity version (which moves when agents do).
+        self._agent_names: tuple[int, tuple[str, ...]] | None = None
         self._roles: list[str] = []
         # The agent attribute naming the role an agent copy is offered to (the Mesos backend's
         # `mesos_role` with several roles): frameworks that match an agent's other attributes
@@ -422,8 +427,9 @@ class Engine:
             self._rows[slot] = row
             self._constraints[slot] = constraints
         self._count[slot] = 0.0
+        self._held[slot] = dict(zip(self.resources, map(float, vector), strict=True))
         self._names = None
-        self._frameworks_version += 1
+        self._framework_changed(slot)
         if self._alone is not None:
             self._alone.register(slot)
         self._rescan.add(slot)
@@ -473,8 +479,9 @@ class Engine:
         self._rescan.discard(slot)
         self._drop_filters(lambda key: key[0] == name)
         del self.frameworks[name]
+        del self._held[slot]
+        self._framework_changed(slot)
         self._forget_role_if_unused(int(self._role[slot]))
-        self._frameworks_version += 1
         if freed:
             self._dirty = True
             if self.trigger is Trigger.RELEASE:
@@ -488,6 +495,7 @@ class Engine:
             return
         del self._roles[role]
         self._roles_version += 1
+        self._rows_cache = None  # the role numbers moved
         dropped = self._role == role  # free slots only
         self._role[self._role > role] -= 1
         self._role[dropped] = 0
@@ -509,10 +517,13 @@ class Engine:
 
     def release(self, framework: str, agent: str, tasks: int = 1) -> None:
         """Tasks finished or failed: their resources return to the pool."""
-        self._framework(framework)
-        self._agent(agent)
-        n = self._framework_slots.index[framework]
-        i = self._agent_slots.index[agent]
+        try:
+            n = self._framework_slots.index[framework]
+            i = self._agent_slots.index[agent]
+        except KeyError:
+            self._framework(framework)  # the error for whichever is unknown
+            self._agent(agent)
+            raise
         placed = self._placed.get(n, {})
         held = placed.get(i, 0)
         if tasks > held:
@@ -631,7 +642,10 @@ class Engine:
         """Agent and framework names by slot (`<free i>` for free slots); they change only
         when membership does."""
         if self._names is None:
-            self._names = (tuple(self._agent_slots.names), tuple(self._framework_slots.names))
+            version = self._capacity_version
+            if self._agent_names is None or self._agent_names[0] != version:
+                self._agent_names = (version, tuple(self._agent_slots.names))
+            self._names = (self._agent_names[1], tuple(self._framework_slots.names))
         return self._names
 
     def _eligible_at(self, columns: np.ndarray | slice) -> np.ndarray:
@@ -983,7 +997,7 @@ class Engine:
             role_weight=self._role_weight(roles),
             whole_total=total,
             alone=alone,
-            framework_rows=(rows.active, rows.fit_demand),
+            framework_rows=(rows.active, rows.fit_demand, rows.held_demand),
         )
         # The run's own grants only: nothing in a run reads x_{n,i}, and the engine records
         # the grants in its maps (`_record`).
@@ -1005,11 +1019,33 @@ class Engine:
                 active=active,
                 demand=demand,
                 fit_demand=fit_demand_of(demand),
+                held_demand=np.nan_to_num(demand, nan=0.0),
                 weight=np.where(active, self._weight[:n_f], 1.0),
                 role_of=self._role[:n_f].copy(),
             )
             self._rows_cache = (self._frameworks_version, rows)
         return self._rows_cache[1]
+
+    def _framework_changed(self, slot: int) -> None:
+        """A framework registered or left at `slot`: its row of the kept framework rows is
+        written again (the others stand), or they are made again at the next run when the
+        slots grew or the roles were renumbered."""
+        cached = self._rows_cache
+        self._frameworks_version += 1
+        if cached is None or cached[0] != self._frameworks_version - 1:
+            return
+        rows = cached[1]
+        if len(rows.active) != self._framework_slots.size:
+            return
+        active = bool(self._active[slot])
+        demand = self._demand[slot] if active else np.full(len(self.resources), np.nan)
+        rows.active[slot] = active
+        rows.demand[slot] = demand
+        rows.fit_demand[slot] = fit_demand_of(demand[None, :])[0]
+        rows.held_demand[slot] = np.nan_to_num(demand, nan=0.0)
+        rows.weight[slot] = self._weight[slot] if active else 1.0
+        rows.role_of[slot] = self._role[slot]
+        self._rows_cache = (self._frameworks_version, rows)
 
     def _totals(self) -> tuple[np.ndarray, np.ndarray]:
         """C_r and the fit tolerance of the whole cluster, as a dense snapshot computes them
@@ -1024,22 +1060,29 @@ class Engine:
         self, grants: list[Grant], state: AllocationState, columns: np.ndarray, now: float
     ) -> list[EngineGrant]:
         """Write a run's grants (agents as positions in `columns`) into the engine."""
+        if not grants:
+            return []
         oblivious = self.mode is Mode.OBLIVIOUS
         agent_names, framework_names = self._slot_names()
+        frameworks = np.array([grant.framework for grant in grants], dtype=np.int64)
+        agents = columns[[grant.agent for grant in grants]]
+        tasks = np.array([grant.tasks for grant in grants], dtype=np.int64)
+        # In grant order, as one grant after another adds them.
+        np.add.at(self._count, frameworks, tasks)
+        np.add.at(self._used, agents, tasks[:, None] * self._demand[frameworks])
+        placed_of, hosted_of, held_of = self._placed, self._hosted, self._held
         out = []
-        for grant in grants:
-            n, i = grant.framework, int(columns[grant.agent])
+        for grant, i in zip(grants, agents.tolist(), strict=True):
+            n = grant.framework
             f, a = framework_names[n], agent_names[i]
-            record = self.frameworks[f]
-            self._set_tasks(n, i, self._placed.get(n, {}).get(i, 0) + grant.tasks)
-            self._count[n] += grant.tasks
-            self._used[i] += grant.tasks * record.demand
+            placed = placed_of.setdefault(n, {})
+            placed[i] = held = placed.get(i, 0) + grant.tasks
+            hosted_of.setdefault(i, {})[n] = held
             if oblivious:
                 # The tenant keeps whole tasks and declines the rest of the offer; from now
                 # on the allocator knows its demand from what it launched.
-                self._known[n] = record.demand
+                self._known[n] = self.frameworks[f].demand
                 self._decline(f, a, state.withheld[grant.agent], now)
-            resources = dict(zip(self.resources, map(float, record.demand), strict=True))
-            out.append(EngineGrant(f, a, grant.tasks, resources))
+            out.append(EngineGrant(f, a, grant.tasks, dict(held_of[n])))
         self.grants_total += len(out)
         return out

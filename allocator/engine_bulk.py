@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from allocator.engine_columns import ColumnsFirst, _pick_loop
+from allocator.engine_columns import ColumnsFirst, _drf_share, _pick_loop
 from allocator.jit import njit
 from allocator.policy.bestfit_index import _agent_shapes, _scan_kernel, best_fit_scan
 from allocator.state import Grant
@@ -33,24 +33,6 @@ from allocator.state import Grant
 DONE, FULL, STEPWISE, LOOKUP = 0, 1, 2, 3
 #: Grants logged per call.
 LOG = 4096
-
-
-@njit
-def _share(alloc: np.ndarray, total: np.ndarray, weight: float) -> float:
-    """`engine_columns._drf_share`: the largest held / whole over the resources the cluster
-    has (a NaN kept, as np.maximum keeps it), over the weight."""
-    has = False
-    share = 0.0
-    for r in range(total.shape[0]):
-        whole = total[r]
-        if whole <= 0:
-            continue
-        ratio = alloc[r] / whole
-        if not has or ratio > share or np.isnan(ratio):
-            if not has or not np.isnan(share):
-                share = ratio
-            has = True
-    return share / weight
 
 
 @njit
@@ -170,7 +152,7 @@ def _fill(members: np.ndarray, active: np.ndarray, wanting: np.ndarray, runnable
         for at in range(n_r):
             if built[at]:
                 _agent_shapes(residual, total, at, one, shape[at], empty[at])
-        values[framework] = _share(alloc[framework], total, weight[framework])
+        values[framework] = _drf_share(alloc[framework], total, weight[framework])
         if n_roles > 0:
             g = role_of[framework]
             first = role_members[role_start[g]]
@@ -179,7 +161,7 @@ def _fill(members: np.ndarray, active: np.ndarray, wanting: np.ndarray, runnable
                 for j in range(role_start[g] + 1, role_start[g + 1]):
                     held += alloc[role_members[j], r]
                 role_alloc[g, r] = held
-            role_values[g] = _share(role_alloc[g], total, role_weight[g])
+            role_values[g] = _drf_share(role_alloc[g], total, role_weight[g])
         out_f[made] = framework
         out_a[made] = agent
         made += 1

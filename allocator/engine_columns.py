@@ -54,7 +54,6 @@ What still takes a dense snapshot of every agent, and why (`restrictable`):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,7 +61,7 @@ import numpy as np
 from allocator.jit import njit
 from allocator.model import Cluster
 from allocator.policy.base import Criterion
-from allocator.policy.levels import Level, RoleHoldings
+from allocator.policy.levels import Level
 from allocator.policy.selection import AgentPass, FillInputs, FrameworkFirst, Selection
 from allocator.policy.ties import RELATIVE_TIE, Ties, pick_lowest
 from allocator.state import AllocationState, Grant, Mode
@@ -103,13 +102,16 @@ class Columns(Cluster):
 
     whole_total: np.ndarray | None = None
     alone: np.ndarray | None = None
-    #: (`has_demand`, `fit_demand`) as the engine keeps them across runs, or None.
-    framework_rows: tuple[np.ndarray, np.ndarray] | None = None
+    #: (`has_demand`, `fit_demand`, `held_demand`) as the engine keeps them across runs,
+    #: or None.
+    framework_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.framework_rows is not None:  # the cached properties, already known
-            self.__dict__["has_demand"], self.__dict__["fit_demand"] = self.framework_rows
+            known = dict(zip(("has_demand", "fit_demand", "held_demand"), self.framework_rows,
+                             strict=True))  # fmt: skip
+            self.__dict__.update(known)
 
     @property
     def total(self) -> np.ndarray:  # type: ignore[override]
@@ -522,17 +524,53 @@ def _framework_ties(active: np.ndarray, wanting: np.ndarray, role_of: np.ndarray
     return k
 
 
-def _drf_share(alloc: list[float], total: list[float], weight: float) -> float:
-    """One holder's `DRF.values`, on Python floats (the same IEEE steps as `max_ratio` over
-    the resources the cluster has, then the division by the weight)."""
-    share: float | None = None
-    for held, whole in zip(alloc, total, strict=True):
+@njit
+def _drf_share(alloc: np.ndarray, total: np.ndarray, weight: float) -> float:
+    """One holder's `DRF.values` (the same IEEE steps as `max_ratio` over the resources the
+    cluster has, a NaN kept as np.maximum keeps it, then the division by the weight)."""
+    has = False
+    share = 0.0
+    for r in range(total.shape[0]):
+        whole = total[r]
         if whole <= 0:
             continue
-        ratio = held / whole
-        if share is None or ratio > share or math.isnan(ratio):  # np.maximum keeps a NaN
-            share = ratio if share is None or not math.isnan(share) else share
-    return (0.0 if share is None else share) / weight
+        ratio = alloc[r] / whole
+        if not has or ratio > share or np.isnan(ratio):
+            if not has or not np.isnan(share):
+                share = ratio
+            has = True
+    return share / weight
+
+
+@njit
+def _drf_shares(alloc: np.ndarray, total: np.ndarray, weight: np.ndarray, role_of: np.ndarray,
+                role_weight: np.ndarray, values: np.ndarray, role_alloc: np.ndarray,
+                role_values: np.ndarray) -> None:  # fmt: skip
+    """DRF's values of every framework, and of every role (`role_values` not empty) on its
+    allocation as `RoleHoldings.of` sums it (`np.bincount`: in framework order, from 0)."""
+    n_f, n_r = alloc.shape
+    values[:] = 0.0
+    first = True
+    for r in range(n_r):  # a resource at a time, as `max_ratio` takes them
+        whole = total[r]
+        if whole <= 0:
+            continue
+        for n in range(n_f):
+            ratio = alloc[n, r] / whole
+            kept = values[n]  # np.maximum(kept, ratio): a NaN on either side stays
+            if first or (not np.isnan(kept) and (ratio > kept or np.isnan(ratio))):
+                values[n] = ratio
+        first = False
+    for n in range(n_f):
+        values[n] /= weight[n]
+    if role_values.shape[0] == 0:
+        return
+    role_alloc[:] = 0.0
+    for r in range(n_r):
+        for n in range(n_f):
+            role_alloc[role_of[n], r] += alloc[n, r]
+    for g in range(role_values.shape[0]):
+        role_values[g] = _drf_share(role_alloc[g], total, role_weight[g])
 
 
 #: Criteria whose value for a holder reads only that holder's allocation (and the cluster's
@@ -553,14 +591,17 @@ class KeptShares:
     def __init__(self, criterion: Criterion, state: AllocationState, role_level: bool) -> None:
         self.criterion = criterion
         self.state = state
-        self.values = np.array(criterion.values(state), dtype=float)
-        self.role_values: np.ndarray | None = None
-        if role_level:
-            roles = RoleHoldings.of(state)
-            self.role_alloc = np.array(roles.alloc, dtype=float)
-            self.role_values = np.array(criterion.values(roles), dtype=float)
+        cluster = state.cluster
+        n_roles = len(cluster.role_names) if role_level else 0
+        self.values = np.empty(cluster.n_frameworks)
+        self.role_alloc = np.empty((n_roles, len(cluster.resources)))
+        role_values = np.empty(n_roles)
+        assert criterion.name == "drf" and cluster.role_weight is not None
+        _drf_shares(state.alloc, cluster.total, cluster.weight, cluster.role_of,
+                    cluster.role_weight, self.values, self.role_alloc, role_values)  # fmt: skip
+        self.role_values: np.ndarray | None = role_values if role_level else None
         self.members: dict[int, np.ndarray] = {}
-        self.total = state.cluster.total.tolist()
+        self.total = np.ascontiguousarray(cluster.total, dtype=float)
         self.seen = state.changes
         self.served = -1
         self.served_count = 0.0
@@ -596,7 +637,7 @@ class KeptShares:
             return
         cluster = state.cluster
         share = ROW_LOCAL[self.criterion.name]
-        self.values[n] = share(state.alloc[n].tolist(), self.total, float(cluster.weight[n]))
+        self.values[n] = share(state.alloc[n], self.total, float(cluster.weight[n]))
         if self.role_values is None:
             return
         g = int(cluster.role_of[n])
@@ -606,4 +647,4 @@ class KeptShares:
         held = np.cumsum(state.alloc[members], axis=0)[-1]
         self.role_alloc[g] = held
         assert cluster.role_weight is not None
-        self.role_values[g] = share(held.tolist(), self.total, float(cluster.role_weight[g]))
+        self.role_values[g] = share(held, self.total, float(cluster.role_weight[g]))

@@ -212,6 +212,12 @@ class Cluster:
         return ~np.isnan(self.demand).any(axis=1)
 
     @cached_property
+    def held_demand(self) -> np.ndarray:
+        """The demand with 0 where it is not known: what each task holds of each resource
+        (`AllocationState.load`)."""
+        return np.nan_to_num(self.demand, nan=0.0)
+
+    @cached_property
     def fit_demand(self) -> np.ndarray:
         """`fit_demand_of(demand)`: every allocation state of the cluster reads it, none
         writes it."""

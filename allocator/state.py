@@ -140,7 +140,7 @@ class AllocationState:
         `tasks` is x_{n,i} and is used in place: grants are written into it. `count` is
         x_n and `used` each agent's allocated resources, which the engine keeps up to date.
         """
-        demand = np.nan_to_num(self.cluster.demand, nan=0.0)
+        demand = self.cluster.held_demand
         self.tasks = tasks
         self.count = count.astype(float)
         self.alloc = np.asfortranarray(self.count[:, None] * demand)

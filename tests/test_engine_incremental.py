@@ -410,3 +410,38 @@ def test_tsf_runs_densely_where_tasks_alone_are_past_exact_sums(
     assert _plain(got) == _plain(old.allocate(0.0))
     assert sum(g.tasks for g in got) == 3
     assert dense == [0.0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    alloc=st.lists(
+        st.tuples(*[st.sampled_from([0.0, -0.0, 0.5, 1.0, 3.0, 7.5, np.nan])] * 3),
+        min_size=1, max_size=12,
+    ),
+    total=st.tuples(*[st.sampled_from([0.0, 1.0, 4.0, 10.0])] * 3),
+    data=st.data(),
+)
+def test_kept_drf_shares_are_the_criterions(alloc: list, total: tuple, data: st.DataObject) -> None:
+    """`engine_columns._drf_shares` gives, bit for bit, DRF's values of every framework and
+    of every role as `RoleHoldings.of` sums them (NaN shares and resources the cluster
+    lacks included)."""
+    from allocator.engine_columns import _drf_shares
+    from allocator.policy.base import max_ratio
+    from allocator.policy.levels import RoleHoldings
+
+    held = np.asfortranarray(np.array(alloc, dtype=float))
+    n_f = len(held)
+    weight = np.array(data.draw(st.lists(st.sampled_from([1.0, 2.0, 0.5]), min_size=n_f,
+                                         max_size=n_f)))  # fmt: skip
+    role_of = np.array(data.draw(st.lists(st.integers(0, 2), min_size=n_f, max_size=n_f)))
+    role_weight = np.array([1.0, 3.0, 0.25])
+    whole = np.array(total)
+    values, role_alloc, role_values = np.empty(n_f), np.empty((3, 3)), np.empty(3)
+    _drf_shares(held, whole, weight, role_of, role_weight, values, role_alloc, role_values)
+    state = mock.Mock(alloc=held, count=np.zeros(n_f), residual=None, tol=None)
+    state.cluster = mock.Mock(role_names=("a", "b", "c"), role_of=role_of,
+                              role_weight=role_weight, total=whole, capacity=None)  # fmt: skip
+    roles = RoleHoldings.of(state)
+    np.testing.assert_array_equal(values, max_ratio(held, whole) / weight)
+    np.testing.assert_array_equal(role_alloc, roles.alloc)
+    np.testing.assert_array_equal(role_values, max_ratio(roles.alloc, whole) / role_weight)
