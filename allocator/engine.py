@@ -1038,11 +1038,14 @@ class Engine:
         if len(rows.active) != self._framework_slots.size:
             return
         active = bool(self._active[slot])
-        demand = self._demand[slot] if active else np.full(len(self.resources), np.nan)
         rows.active[slot] = active
-        rows.demand[slot] = demand
-        rows.fit_demand[slot] = fit_demand_of(demand[None, :])[0]
-        rows.held_demand[slot] = np.nan_to_num(demand, nan=0.0)
+        if active:  # a registered demand is finite: fit_demand_of and held keep it as it is
+            rows.demand[slot] = rows.fit_demand[slot] = rows.held_demand[slot] = self._demand[slot]
+        else:
+            free = np.full((1, len(self.resources)), np.nan)
+            rows.demand[slot] = free[0]
+            rows.fit_demand[slot] = fit_demand_of(free)[0]
+            rows.held_demand[slot] = 0.0
         rows.weight[slot] = self._weight[slot] if active else 1.0
         rows.role_of[slot] = self._role[slot]
         self._rows_cache = (self._frameworks_version, rows)

@@ -259,6 +259,10 @@ def same_grants_run_by_run(
     assert (new.runs, new.grants_total) == (old.runs, old.grants_total)
     assert new.filters == old.filters
     assert new.pending() == old.pending()
+    kept = new._framework_rows()  # written again slot by slot as tenants came and went
+    new._rows_cache = None
+    for name, rebuilt in new._framework_rows()._asdict().items():
+        np.testing.assert_array_equal(getattr(kept, name), rebuilt, err_msg=name)
 
 
 def test_the_churn_run_fills_only_the_changed_agents() -> None:
