@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from allocator import engine_bulk
 from allocator.engine_alone import TasksAlone
 from allocator.engine_columns import (
     Columns,
@@ -934,19 +935,22 @@ class Engine:
             columns = np.arange(self._agent_slots.size)
             state = self.snapshot(now)
             selector = None
-        grants = progressive_fill(
-            state,
-            criterion,
-            self.selection,
-            self.rng,
-            self.ties,
-            level=self.level,
-            single_offer=oblivious,
-            max_grants=max_grants,
-            agent_pass=True,
-            params=self.policy_params,
-            selector=selector,
-        )
+        if isinstance(selector, ColumnsFirst) and engine_bulk.applies(selector):
+            grants = engine_bulk.fill(selector, max_grants)
+        else:
+            grants = progressive_fill(
+                state,
+                criterion,
+                self.selection,
+                self.rng,
+                self.ties,
+                level=self.level,
+                single_offer=oblivious,
+                max_grants=max_grants,
+                agent_pass=True,
+                params=self.policy_params,
+                selector=selector,
+            )
         self.runs += 1
         out = self._record(grants, state, columns, now)
         stopped = max_grants is not None and len(out) >= max_grants

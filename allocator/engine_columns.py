@@ -64,7 +64,7 @@ from allocator.policy.base import Criterion
 from allocator.policy.levels import Level
 from allocator.policy.selection import AgentPass, FillInputs, FrameworkFirst, Selection
 from allocator.policy.ties import RELATIVE_TIE, Ties, pick_lowest
-from allocator.state import AllocationState, Grant, Mode
+from allocator.state import AllocationState, Mode
 
 #: Criteria that read only the holders' allocations and the agent being served (FUGA's is
 #: DRF), and TSF, whose y_n, summed over the whole cluster, a run reads from `Columns.alone`.
@@ -310,11 +310,6 @@ class ColumnsFirst(FrameworkFirst):
             self._members = members
             if self.scope is None:
                 self.scope = (np.ones(len(self.active), dtype=bool), np.zeros(0, np.int64))
-
-    def fill(self, max_grants: int | None) -> list[Grant] | None:
-        from allocator import engine_bulk  # compiled: on first use
-
-        return engine_bulk.fill(self, max_grants) if engine_bulk.applies(self) else None
 
     def _next_stepwise(self, shares: KeptShares) -> tuple[int, int] | None:
         """`FrameworkFirst._next_simple` on kept shares, each narrowing (the lowest role,

@@ -82,10 +82,6 @@ def progressive_fill(
         return made if keep else []
     if selector is None:
         selector = make_selector(selection, state, criterion, rng, ties, level, agent_pass, params)
-    if keep and on_grant is None and not single_offer:
-        filled = selector.fill(max_grants)
-        if filled is not None:
-            return filled
     grants: list[Grant] = []
     made = 0
     while max_grants is None or made < max_grants:

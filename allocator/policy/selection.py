@@ -29,7 +29,7 @@ from allocator.policy.bestfit_index import BestFit
 from allocator.policy.levels import Level
 from allocator.policy.registry import Registry
 from allocator.policy.ties import RELATIVE_TIE, Ties, pick_lowest
-from allocator.state import AllocationState, Grant
+from allocator.state import AllocationState
 
 
 class Selection(StrEnum):
@@ -77,11 +77,6 @@ class Selector:
 
     def next(self) -> tuple[int, int] | None:
         raise NotImplementedError
-
-    def fill(self, max_grants: int | None) -> list[Grant] | None:
-        """The whole fill's grants (written into the state) made without a pick at a time,
-        or None where this selector has no such way (`progressive_fill` then asks `next`)."""
-        return None
 
     def _lowest_role(self, candidates: np.ndarray, agent: int | None) -> np.ndarray:
         """Narrow candidate frameworks to the role with the lowest aggregate criterion
