@@ -226,13 +226,19 @@ def test_subscribed_names_the_heartbeat_interval_and_a_heartbeat_follows_at_once
     master: MesosMaster, subscribe
 ) -> None:
     """SUBSCRIBED carries `heartbeat_interval_seconds` (a real master's is fixed at 15 s; the
-    test master's is configurable, 0.3 s here) and the first HEARTBEAT comes right after it,
-    before any offer: a framework can arm its missed-heartbeat timer from SUBSCRIBED."""
+    test master's is configurable, 0.3 s here) and the first HEARTBEAT comes right after it
+    (within a third of the real master's interval), with nothing but offers in between: a
+    framework can arm its missed-heartbeat timer from SUBSCRIBED. On a busy machine the real
+    master sent an OFFERS event before that first HEARTBEAT in 1 of 6 runs."""
     stream = subscribe()
     first = stream.next_event("SUBSCRIBED")
     interval = first["subscribed"]["heartbeat_interval_seconds"]
     assert interval == (15.0 if isinstance(master, RealMesos) else 0.3)
-    assert stream.next_event(timeout=5)["type"] == "HEARTBEAT"
+    heartbeat = stream.next_event("HEARTBEAT", timeout=5)
+    events = stream.received
+    start = next(i for i, e in enumerate(events) if e is first)
+    end = next(i for i, e in enumerate(events) if e is heartbeat)
+    assert {e.get("type") for e in events[start + 1 : end]} <= {"OFFERS"}
 
 
 @BOTH
