@@ -43,7 +43,7 @@ from allocator.engine_config import EngineConfig, Trigger
 from allocator.errors import FairbrokerError
 from allocator.filling import progressive_fill
 from allocator.mesos_defaults import MIN_ALLOCATABLE
-from allocator.model import Cluster, fit_demand_of, matches_constraints
+from allocator.model import Cluster, fit_demand_of, held_demand_of, matches_constraints
 from allocator.policy import Selection, Ties, scheduler
 from allocator.policy.levels import Level
 from allocator.policy.selection import FillInputs, Selector, make_selector
@@ -1023,7 +1023,7 @@ class Engine:
                 active=active,
                 demand=demand,
                 fit_demand=fit_demand_of(demand),
-                held_demand=np.nan_to_num(demand, nan=0.0),
+                held_demand=held_demand_of(demand),
                 weight=np.where(active, self._weight[:n_f], 1.0),
                 role_of=self._role[:n_f].copy(),
             )
@@ -1049,7 +1049,7 @@ class Engine:
             free = np.full((1, len(self.resources)), np.nan)
             rows.demand[slot] = free[0]
             rows.fit_demand[slot] = fit_demand_of(free)[0]
-            rows.held_demand[slot] = 0.0
+            rows.held_demand[slot] = held_demand_of(free)[0]
         rows.weight[slot] = self._weight[slot] if active else 1.0
         rows.role_of[slot] = self._role[slot]
         self._rows_cache = (self._frameworks_version, rows)
@@ -1077,19 +1077,16 @@ class Engine:
         # In grant order, as one grant after another adds them.
         np.add.at(self._count, frameworks, tasks)
         np.add.at(self._used, agents, tasks[:, None] * self._demand[frameworks])
-        placed_of, hosted_of, held_of = self._placed, self._hosted, self._held
         out = []
         for grant, i in zip(grants, agents.tolist(), strict=True):
             n = grant.framework
             f, a = framework_names[n], agent_names[i]
-            placed = placed_of.setdefault(n, {})
-            placed[i] = held = placed.get(i, 0) + grant.tasks
-            hosted_of.setdefault(i, {})[n] = held
+            self._set_tasks(n, i, self._placed.get(n, {}).get(i, 0) + grant.tasks)
             if oblivious:
                 # The tenant keeps whole tasks and declines the rest of the offer; from now
                 # on the allocator knows its demand from what it launched.
                 self._known[n] = self.frameworks[f].demand
                 self._decline(f, a, state.withheld[grant.agent], now)
-            out.append(EngineGrant(f, a, grant.tasks, dict(held_of[n])))
+            out.append(EngineGrant(f, a, grant.tasks, dict(self._held[n])))
         self.grants_total += len(out)
         return out

@@ -11,8 +11,7 @@ run grants many tasks. `fill` makes those same steps in one compiled loop:
   `only` shortcut after a grant to the framework just served;
 - the grant writes the state as `AllocationState.grant` does, the halves at the granted
   agent as `_agent_shapes` does, and the served framework's and its role's shares as
-  `KeptShares.sync` does (`_drf_share`'s steps; a role's allocation summed over its
-  frameworks in slot order, from the first, as `np.cumsum` does).
+  `KeptShares.sync` does (`_drf_share`, and `_summed` for a role's allocation).
 
 Where the kernels do not decide (a share that is not finite before any draw; a demand not
 known, of no valid shape, or a least H that is not finite after the pick's draws) the loop
@@ -23,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from allocator.engine_columns import ColumnsFirst, _drf_share, _pick_loop
+from allocator.engine_columns import ColumnsFirst, _drf_share, _pick_loop, _summed
 from allocator.jit import njit
 from allocator.policy.bestfit_index import _agent_shapes, _scan_kernel, best_fit_scan
 from allocator.state import Grant
@@ -155,12 +154,7 @@ def _fill(members: np.ndarray, active: np.ndarray, wanting: np.ndarray, runnable
         values[framework] = _drf_share(alloc[framework], total, weight[framework])
         if n_roles > 0:
             g = role_of[framework]
-            first = role_members[role_start[g]]
-            for r in range(n_r):
-                held = alloc[first, r]
-                for j in range(role_start[g] + 1, role_start[g + 1]):
-                    held += alloc[role_members[j], r]
-                role_alloc[g, r] = held
+            _summed(alloc, role_members[role_start[g] : role_start[g + 1]], role_alloc[g])
             role_values[g] = _drf_share(role_alloc[g], total, role_weight[g])
         out_f[made] = framework
         out_a[made] = agent
@@ -179,8 +173,7 @@ def applies(selector: ColumnsFirst) -> bool:
         selector.shares is not None
         and selector._simple
         and best_fit is not None
-        and best_fit.compiled is not None
-        and best_fit.index is None
+        and best_fit.compiled is not None  # then best fit never builds its index
         and (selector.role_level or selector.fits is None)
     )
 

@@ -538,6 +538,17 @@ def _drf_share(alloc: np.ndarray, total: np.ndarray, weight: float) -> float:
 
 
 @njit
+def _summed(alloc: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
+    """out[r] = the sum of alloc[rows, r] in the order of `rows`, from the first (what
+    `np.cumsum` ends at): a role's allocation over its frameworks, in slot order."""
+    for r in range(alloc.shape[1]):
+        held = alloc[rows[0], r]
+        for j in range(1, rows.shape[0]):
+            held += alloc[rows[j], r]
+        out[r] = held
+
+
+@njit
 def _drf_shares(alloc: np.ndarray, total: np.ndarray, weight: np.ndarray, role_of: np.ndarray,
                 role_weight: np.ndarray, values: np.ndarray, role_alloc: np.ndarray,
                 role_values: np.ndarray) -> None:  # fmt: skip
@@ -639,7 +650,6 @@ class KeptShares:
         members = self.members.get(g)
         if members is None:
             members = self.members[g] = np.flatnonzero(cluster.role_of == g)
-        held = np.cumsum(state.alloc[members], axis=0)[-1]
-        self.role_alloc[g] = held
+        _summed(state.alloc, members, self.role_alloc[g])
         assert cluster.role_weight is not None
-        self.role_values[g] = share(held, self.total, float(cluster.role_weight[g]))
+        self.role_values[g] = share(self.role_alloc[g], self.total, float(cluster.role_weight[g]))

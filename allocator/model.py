@@ -166,6 +166,11 @@ def fit_demand_of(demand: np.ndarray) -> np.ndarray:
     return np.asfortranarray(np.nan_to_num(demand, nan=np.inf))
 
 
+def held_demand_of(demand: np.ndarray) -> np.ndarray:
+    """d with 0 where it is not known: what each task of it holds of each resource."""
+    return np.nan_to_num(demand, nan=0.0)
+
+
 @dataclass(frozen=True, eq=False)
 class Cluster:
     """Immutable array view of a scenario.
@@ -213,9 +218,8 @@ class Cluster:
 
     @cached_property
     def held_demand(self) -> np.ndarray:
-        """The demand with 0 where it is not known: what each task holds of each resource
-        (`AllocationState.load`)."""
-        return np.nan_to_num(self.demand, nan=0.0)
+        """`held_demand_of(demand)`, which `AllocationState.load` reads."""
+        return held_demand_of(self.demand)
 
     @cached_property
     def fit_demand(self) -> np.ndarray:
