@@ -109,6 +109,10 @@ def bench_run(scenario: Path, spec: str, budget_s: float) -> dict[str, Any]:
                     "engine_s": round(clock.seconds, 3),
                     "tasks_done": done,
                     "grants": simulator.engine.grants_total,
+                    "runs": simulator.engine.runs,
+                    # What the run left unplaced: the backlog each run walks again.
+                    "frameworks_waiting": sum(n > 0 for n in simulator.engine.pending().values()),
+                    "tasks_waiting": simulator.pending,
                 }
             )
             next_mark[0] = now + 3600.0
@@ -227,13 +231,17 @@ def render(report: dict[str, Any]) -> str:
         "running tasks at once). The engine share is wall time inside the engine's methods "
         "over the run's wall time, applied to the CPU time.",
         "",
-        "| simulated h | CPU s | wall s | engine s (wall) | tasks done | grants |",
-        "|---|---|---|---|---|---|",
+        "Waiting: frameworks and tasks that the allocation run at that tick left unplaced.",
+        "",
+        "| simulated h | CPU s | wall s | engine s (wall) | tasks done | grants | runs "
+        "| frameworks waiting | tasks waiting |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for c in r["checkpoints"]:
         lines.append(
             f"| {c['sim_s'] / 3600:.1f} | {c['cpu_s']} | {c['wall_s']} | {c['engine_s']} | "
-            f"{c['tasks_done']:,} | {c['grants']:,} |"
+            f"{c['tasks_done']:,} | {c['grants']:,} | {c.get('runs', '—')} | "
+            f"{c.get('frameworks_waiting', '—')} | {c.get('tasks_waiting', '—')} |"
         )
     lines.append("")
     if report.get("generator"):
