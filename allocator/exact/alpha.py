@@ -62,6 +62,19 @@ def utility(share: np.ndarray, alpha: float) -> np.ndarray:
     return share ** (1.0 - alpha) / (1.0 - alpha)
 
 
+def utility_change(before: np.ndarray, after: np.ndarray, alpha: float) -> np.ndarray:
+    """f_alpha(after) - f_alpha(before), exactly 0 where the share did not move and without
+    the cancellation of subtracting two large values where it did."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ratio = np.log(after / before)
+        if alpha == 1.0:
+            change = ratio
+        else:
+            change = before ** (1.0 - alpha) * np.expm1((1.0 - alpha) * ratio) / (1.0 - alpha)
+        direct = utility(after, alpha) - utility(before, alpha)  # from a share of 0
+    return np.where(after == before, 0.0, np.where(before > 0, change, direct))
+
+
 class _Dual:
     """One agent's dual in scaled shares sigma = s / s0: D(m) = m . b + sum_n phi_n
     (f(sigma_n) - (m . e_n)(sigma_n - low_n)), minimised over prices m >= 0."""
@@ -77,10 +90,16 @@ class _Dual:
         interior = (wanted > self.low) & (wanted < self.high)
         return sigma, price, interior
 
-    def value(self, m: np.ndarray) -> float:
-        sigma, price, _ = self.shares(m)
-        gain = utility(sigma, self.alpha) - price * (sigma - self.low)
-        return float(self.budget * m.sum() + self.phi @ gain)
+    def change(self, m: np.ndarray, trial: np.ndarray) -> float:
+        """D(trial) - D(m), term by term: D itself can be many orders of magnitude larger
+        than a Newton step's decrease (f_alpha of a small share held at its bound, for a
+        large alpha), so the difference of the two values would be rounding noise."""
+        before, price, _ = self.shares(m)
+        after, trial_price, _ = self.shares(trial)
+        gain = utility_change(before, after, self.alpha) - (
+            trial_price * (after - self.low) - price * (before - self.low)
+        )
+        return float(self.budget * (trial.sum() - m.sum()) + self.phi @ gain)
 
     def gradient(self, sigma: np.ndarray) -> np.ndarray:
         return self.budget - (self.phi * (sigma - self.low)) @ self.e
@@ -135,12 +154,11 @@ class _Dual:
         `direction`, projected on m >= 0; None if no step decreases the dual."""
         if not np.all(np.isfinite(direction)) or direction @ g[free] >= 0:
             return None
-        start = self.value(m)
         step = 1.0
         for _ in range(30):
             trial = m.copy()
             trial[free] = np.maximum(m[free] + step * direction, 0.0)
-            if self.value(trial) <= start + 1e-4 * g @ (trial - m):
+            if self.change(m, trial) <= 1e-4 * g @ (trial - m):
                 return trial
             step *= 0.2
         return None
