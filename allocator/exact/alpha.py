@@ -79,9 +79,9 @@ class _Dual:
     """One agent's dual in scaled shares sigma = s / s0: D(m) = m . b + sum_n phi_n
     (f(sigma_n) - (m . e_n)(sigma_n - low_n)), minimised over prices m >= 0."""
 
-    def __init__(self, e, phi, low, high, budget, alpha):
+    def __init__(self, e, phi, low, high, budget, alpha, precise=False):
         self.e, self.phi, self.low, self.high = e, phi, low, high
-        self.budget, self.alpha = budget, alpha
+        self.budget, self.alpha, self.precise = budget, alpha, precise
 
     def shares(self, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         price = self.e @ m
@@ -151,17 +151,30 @@ class _Dual:
 
     def _search(self, m, free, g, direction) -> np.ndarray | None:
         """Armijo backtracking (by 5x: overshoots can be orders of magnitude) along
-        `direction`, projected on m >= 0; None if no step decreases the dual."""
+        `direction`, projected on m >= 0; None if no step decreases the dual. `precise`:
+        the decrease measured term by term (`change`), not as the difference of two
+        values."""
         if not np.all(np.isfinite(direction)) or direction @ g[free] >= 0:
             return None
+        start = self._value(m)
         step = 1.0
         for _ in range(30):
             trial = m.copy()
             trial[free] = np.maximum(m[free] + step * direction, 0.0)
-            if self.change(m, trial) <= 1e-4 * g @ (trial - m):
+            wanted = 1e-4 * g @ (trial - m)
+            if self.precise:
+                decreased = self.change(m, trial) <= wanted
+            else:
+                decreased = self._value(trial) <= start + wanted
+            if decreased:
                 return trial
             step *= 0.2
         return None
+
+    def _value(self, m: np.ndarray) -> float:
+        sigma, price, _ = self.shares(m)
+        gain = utility(sigma, self.alpha) - price * (sigma - self.low)
+        return float(self.budget * m.sum() + self.phi @ gain)
 
 
 def best_response(
@@ -184,9 +197,11 @@ def best_response(
     )
     high = np.minimum(np.maximum(piece.cap, offsets) / rate, offsets / rate + 1.0 / piece.weight)
 
-    def run(scale: float, start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, bool]:
+    def run(
+        scale: float, start: np.ndarray | None, precise: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, bool]:
         low = offsets / rate / scale
-        dual = _Dual(e, piece.weight, low, high / scale, 1.0 / scale, alpha)
+        dual = _Dual(e, piece.weight, low, high / scale, 1.0 / scale, alpha, precise)
         return dual.minimise(start)
 
     done = False
@@ -200,6 +215,12 @@ def best_response(
         scale = float(np.median(level[served])) if served.any() else float(level.max(initial=1))
         scale = scale if scale > 0 else 1.0
         sigma, prices, done = run(scale, None)
+        if not done:
+            # The dual's value can be so large (f_alpha of a small share held at its bound,
+            # for a large alpha) that a Newton step's decrease is below its rounding error:
+            # the line search then stalls unless it measures the decrease term by term.
+            # Only then: elsewhere the value difference is what the answers were made with.
+            sigma, prices, done = run(scale, None, precise=True)
     if warm is not None:
         warm[piece.agent] = (prices, scale)
     tasks = np.maximum(sigma * scale * rate - offsets, 0.0)
