@@ -42,6 +42,7 @@ from allocator.broker.validation import (
 )
 from allocator.engine import Engine, EngineError
 from allocator.engine_config import EngineConfig
+from allocator.engine_warmup import warm
 from allocator.errors import FairbrokerError
 from allocator.explain import explain
 from allocator.state import Mode
@@ -108,7 +109,10 @@ class Broker:
     # ---- lifecycle ---------------------------------------------------------------------
     def start(self, loop: bool = True) -> None:
         """Recover persisted state and start the allocation loop (tests may drive
-        `allocate_once` themselves with loop=False)."""
+        `allocate_once` themselves with loop=False). The engine's kernels are compiled
+        first (`engine_warmup`), so that no tenant waits on a compile."""
+        seconds = warm(self.engine.config, self.engine.resources)
+        log.info("engine kernels ready in %.2f s", seconds)
         self.backend.start(self)
         self._recover()
         if loop:
