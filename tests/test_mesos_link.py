@@ -591,7 +591,8 @@ def test_healthz_waits_for_reconciliation_after_a_resubscription(tmp_path: Path)
         def unconfirmed() -> dict | None:
             status, body = _healthz(service)
             reason = str(body.get("reason", ""))
-            return body if status == 503 and reason.startswith("1 tasks unconfirmed") else None
+            wanted = reason.startswith("1 tasks unconfirmed since re-subscription")
+            return body if status == 503 and wanted else None
 
         body = wait_for(unconfirmed, 30, "503 while the task is unconfirmed")
         assert body["unreconciled_tasks"] == 1, body

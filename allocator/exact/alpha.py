@@ -156,13 +156,13 @@ class _Dual:
         values."""
         if not np.all(np.isfinite(direction)) or direction @ g[free] >= 0:
             return None
-        start = self._value(m)
+        start = None if self.precise else self._value(m)
         step = 1.0
         for _ in range(30):
             trial = m.copy()
             trial[free] = np.maximum(m[free] + step * direction, 0.0)
             wanted = 1e-4 * g @ (trial - m)
-            if self.precise:
+            if start is None:
                 decreased = self.change(m, trial) <= wanted
             else:
                 decreased = self._value(trial) <= start + wanted
