@@ -5,7 +5,8 @@ grants one task and keeps the DRF shares (`KeptShares`): each grant of a charact
 a few compiled calls with Python between them, which costs more than the calls do when a
 run grants many tasks. `fill` makes those same steps in one compiled loop:
 
-- the pick is `_pick_loop` itself, with the same draws;
+- the pick is `_pick_loop`'s, with the same draws, its candidates kept from pick to pick
+  (`pick_ties`: a grant changes the served framework's value and its role's);
 - the lookup is `_scan_kernel` on the same halves of H (`CompiledScan.shape`), with the
   framework's demand shape computed with `bestfit.demand_shape`'s float steps, and the same
   `only` shortcut after a grant to the framework just served;
@@ -22,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from allocator.engine_columns import ColumnsFirst, _drf_share, _pick_loop, _summed
+from allocator import pick_ties
+from allocator.engine_columns import ColumnsFirst, _drf_share, _summed
 from allocator.jit import njit
 from allocator.policy.bestfit_index import _agent_shapes, _scan_kernel, best_fit_scan
 from allocator.state import Grant
@@ -70,7 +72,7 @@ def _fill(members: np.ndarray, active: np.ndarray, wanting: np.ndarray, runnable
           residual: np.ndarray, alloc: np.ndarray, changed_at: np.ndarray,
           witness: np.ndarray, fresh: np.ndarray, near: np.ndarray, shape: np.ndarray,
           empty: np.ndarray, built: np.ndarray, distance: np.ndarray, tied_agents: np.ndarray,
-          tied: np.ndarray, ints: np.ndarray, out_f: np.ndarray, out_a: np.ndarray,
+          ints: np.ndarray, out_f: np.ndarray, out_a: np.ndarray,
           rng: np.random.Generator) -> int:  # fmt: skip
     """Grant as `ColumnsFirst` would until `ints[1]` grants are logged or a step needs
     Python; `ints[0]` is the state's write counter, in and out; `ints[1]` grants made, out;
@@ -98,13 +100,14 @@ def _fill(members: np.ndarray, active: np.ndarray, wanting: np.ndarray, runnable
         for n in range(n_f):
             role_members[placed[role_of[n]]] = n
             placed[role_of[n]] += 1
+    finite, candidates = pick_ties.candidates(members, active, wanting, role_of, n_roles,
+                                              values, role_values)  # fmt: skip
     while made < limit_grants:
-        framework = _pick_loop(members, active, wanting, role_of, n_roles, values,
-                               role_values, eligible, floor, residual, witness, fresh, near,
-                               rng, tied)  # fmt: skip
-        if framework == -2:
+        if not finite:
             status = STEPWISE
             break
+        framework = pick_ties.pick(candidates, n_roles, active, eligible, floor, residual,
+                                   witness, fresh, near, rng)  # fmt: skip
         if framework < 0:
             status = DONE
             break
@@ -135,6 +138,7 @@ def _fill(members: np.ndarray, active: np.ndarray, wanting: np.ndarray, runnable
             break
         if k == -1:
             active[framework] = False  # fits nowhere: retired for this fill
+            pick_ties.drop(candidates, candidates[1][framework])
             last = -1
             continue
         agent = tied_agents[0] if k == 1 else tied_agents[rng.integers(0, k)]
@@ -152,10 +156,13 @@ def _fill(members: np.ndarray, active: np.ndarray, wanting: np.ndarray, runnable
             if built[at]:
                 _agent_shapes(residual, total, at, one, shape[at], empty[at])
         values[framework] = _drf_share(alloc[framework], total, weight[framework])
+        role_value = 0.0
         if n_roles > 0:
             g = role_of[framework]
             _summed(alloc, role_members[role_start[g] : role_start[g + 1]], role_alloc[g])
-            role_values[g] = _drf_share(role_alloc[g], total, role_weight[g])
+            role_values[g] = role_value = _drf_share(role_alloc[g], total, role_weight[g])
+        finite = pick_ties.served(candidates, n_roles, framework, wanting[framework],
+                                  values[framework], role_value)  # fmt: skip
         out_f[made] = framework
         out_a[made] = agent
         made += 1
@@ -213,8 +220,8 @@ def fill(selector: ColumnsFirst, max_grants: int | None) -> list[Grant]:
             role_values, role_alloc, cluster.weight, role_weight, cluster.eligible,
             selector._floor, state.fit_demand, state.known_demand, state.tol, cluster.total,
             state.residual, state.alloc, state.changed_at, selector._witness, fresh, near,
-            scan.shape, scan.empty, scan.built, scan.distance, scan.tied, selector._tied,
-            ints, out_f, out_a, selector.rng,
+            scan.shape, scan.empty, scan.built, scan.distance, scan.tied, ints, out_f, out_a,
+            selector.rng,
         )  # fmt: skip
         made = int(ints[1])
         state.changes = int(ints[0])
