@@ -5,16 +5,18 @@ inlines) a kernel of another module keeps running the old machine code after tha
 changes, which crashes or decides wrongly when a shared tuple's layout moved (numba's
 documented caching limitation). So the cache lives in a directory named after a digest of
 every kernel source of the package (its `.py` files that mention `njit`): new sources, new
-directory. The directory is `kernels-<digest>` under the package's `__pycache__`, or under
-`$NUMBA_CACHE_DIR` when the operator set one, else under `~/.cache/fairbroker`; where none of
-these is writable (a broker run as an unprivileged user from a checkout it does not own),
-the functions are compiled in memory at their first call: the same code, only slower to start.
+directory. The directory is `kernels-<package>-<digest>` under the package's `__pycache__`,
+or under `$NUMBA_CACHE_DIR` when the operator set one, else under `~/.cache/fairbroker`;
+where none of these is writable (a broker run as an unprivileged user from a checkout it
+does not own), the functions are compiled in memory at their first call: the same code, only
+slower to start.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import os
 import shutil
 import sys
@@ -48,16 +50,19 @@ def njit(function: Callable[..., Any] | None = None, **options: Any) -> Any:
 
 
 def package_root(function: Callable[..., Any]) -> Path:
-    """The directory of the top-level package that defines `function`."""
-    top = sys.modules[function.__module__.split(".")[0]]
-    return Path(top.__file__).resolve().parent if top.__file__ else Path.cwd()
+    """The directory of the top-level package that defines `function`, or the file that
+    does when that is a module of its own (a script, a test)."""
+    top = sys.modules.get(function.__module__.split(".")[0])
+    if top is not None and getattr(top, "__path__", None) and top.__file__:
+        return Path(top.__file__).resolve().parent
+    return Path(inspect.getfile(function)).resolve()
 
 
 @functools.cache
 def sources_digest(root: Path) -> str:
-    """A digest of every kernel source under `root`: its path and bytes."""
+    """A digest of every kernel source under `root` (or of `root`, a file): path and bytes."""
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
+    for path in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
         text = path.read_bytes()
         if b"njit" in text:
             digest.update(path.relative_to(root).as_posix().encode() + b"\0")
@@ -68,8 +73,9 @@ def sources_digest(root: Path) -> str:
 @functools.cache
 def kernel_cache_dir(root: Path) -> Path | None:
     """The first writable cache directory for `root`'s kernels as they are now, or None."""
-    name = _PREFIX + sources_digest(root)
-    in_tree = root / "__pycache__"
+    label = f"{_PREFIX}{root.stem}-"  # a package's or a lone module's: each prunes its own
+    name = label + sources_digest(root)
+    in_tree = (root if root.is_dir() else root.parent) / "__pycache__"
     bases = [Path(numba_config.CACHE_DIR)] if numba_config.CACHE_DIR else [in_tree]
     user = _user_cache()
     if user is not None:
@@ -77,7 +83,7 @@ def kernel_cache_dir(root: Path) -> Path | None:
     for base in bases:
         if _writable(base / name):
             if base == in_tree:
-                _prune_stale(in_tree, keep=name)
+                _prune_stale(in_tree, label, keep=name)
             return base / name
     return None
 
@@ -100,8 +106,8 @@ def _writable(directory: Path) -> bool:
     return True
 
 
-def _prune_stale(base: Path, keep: str) -> None:
+def _prune_stale(base: Path, label: str, keep: str) -> None:
     """Remove the checkout's caches of earlier sources (best effort: another may be busy)."""
-    for stale in base.glob(_PREFIX + "*"):
+    for stale in base.glob(label + "*"):
         if stale.name != keep:
             shutil.rmtree(stale, ignore_errors=True)

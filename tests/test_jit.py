@@ -3,6 +3,7 @@ change to a kernel that another calls is never served from the old cache."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -41,7 +42,20 @@ def test_with_a_locator_it_caches_under_the_sources_digest():
     assert compiled._cache.__class__.__name__ == "FunctionCache"
     path = Path(compiled._cache._cache_path)
     root = jit.package_root(_twice)
-    assert f"kernels-{jit.sources_digest(root)}" in path.parts
+    assert f"kernels-{root.stem}-{jit.sources_digest(root)}" in path.parts
+
+
+def test_a_module_loaded_from_its_file_alone_is_cached_beside_it(tmp_path):
+    # Not in sys.modules (importlib from a path): its own file is the sources.
+    script = tmp_path / "lone.py"
+    script.write_text("from allocator.jit import njit\n\n@njit\ndef three():\n    return 3\n")
+    spec = importlib.util.spec_from_file_location("lone_kernels", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.three() == 3
+    (cache,) = (tmp_path / "__pycache__").glob("kernels-lone-*")
+    assert cache.name == f"kernels-lone-{jit.sources_digest(script.resolve())}"
 
 
 def test_nothing_writable_compiles_in_memory(tmp_path, monkeypatch):
