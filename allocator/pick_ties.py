@@ -13,7 +13,8 @@ over the items' index order. A pick counts the ties and finds the r-th of them i
 order in O(log n), so it makes the same draws with the same bounds as the scan and picks
 the same item. Keys are fixed between grants (a retirement only removes an item), so the
 least value only rises and the tie group only grows by admitting the next sorted items,
-or loses removed ones; a grant changes one item's key and sorts its segment again.
+or loses removed ones; a grant changes one item's key and moves it to its place in its
+segment's order.
 """
 
 from __future__ import annotations
@@ -90,14 +91,8 @@ def ties_of(keys: np.ndarray, start: np.ndarray):  # type: ignore[no-untyped-def
 
 @njit
 def _sort(ties, s: int) -> None:  # type: ignore[no-untyped-def]
-    start, keys, order, low, admit, gone, admitted, bit, tied, _ = ties
+    start, keys, order, low, admit, _, _, _, _, _ = ties
     a, b = start[s], start[s + 1]
-    if tied[s] > 0:
-        for j in range(a, b):
-            if admitted[j] and not gone[j]:
-                _bit_add(bit, j, -1)
-    admitted[a:b] = False
-    tied[s] = 0
     if b - a <= SMALL:  # insertion sort: stable, and no allocation
         for j in range(a, b):
             item = j
@@ -158,9 +153,35 @@ def _remove(gone: np.ndarray, admitted: np.ndarray, bit: np.ndarray, tied: np.nd
 
 @njit
 def rekey(ties, item: int, s: int, key: float) -> None:  # type: ignore[no-untyped-def]
-    """Item (of segment s) has a new key: the segment is sorted again."""
-    ties[1][item] = key
-    _sort(ties, s)
+    """Item (of segment s) has a new (finite) key: it moves to its place in the segment's
+    order, the one a stable sort gives (by key, ties in index order: the others' keys did
+    not change), and the tie group is counted again from the least."""
+    start, keys, order, low, admit, gone, admitted, bit, tied, _ = ties
+    keys[item] = key
+    a, b = start[s], start[s + 1]
+    if tied[s] > 0:
+        for j in range(a, b):
+            if admitted[j] and not gone[j]:
+                _bit_add(bit, j, -1)
+    admitted[a:b] = False
+    tied[s] = 0
+    at = a
+    while order[at] != item:
+        at += 1
+    while at + 1 < b and _before(keys, order[at + 1], item):
+        order[at] = order[at + 1]
+        at += 1
+    while at > a and _before(keys, item, order[at - 1]):
+        order[at] = order[at - 1]
+        at -= 1
+    order[at] = item
+    low[s] = admit[s] = a
+
+
+@njit(inline="always")
+def _before(keys: np.ndarray, i: int, j: int) -> bool:
+    """Whether item i comes before item j in a stable sort by key."""
+    return keys[i] < keys[j] or (keys[i] == keys[j] and i < j)
 
 
 @njit
@@ -227,6 +248,7 @@ def pick(kept, n_roles: int, active: np.ndarray, eligible: np.ndarray, floor: np
         frameworks
     )
     r_start, r_keys, r_order, r_low, r_admit, r_gone, r_admitted, r_bit, r_tied, r_seg = roles
+    bound = _most_free(residual, near)
     while True:
         b = 0
         if n_roles > 0:
@@ -244,14 +266,41 @@ def pick(kept, n_roles: int, active: np.ndarray, eligible: np.ndarray, floor: np
             return -1  # no roles, and no candidate is left
         j = _select(f_start, f_order, f_low, f_bit, b, k, 0 if k == 1 else rng.integers(0, k))
         framework = live[j]
-        if _fits_somewhere(framework, eligible, floor, residual, witness, fresh[framework],
-                           near):  # fmt: skip
+        reach = fresh[framework] or not _out_of_reach(framework, floor, residual, witness,
+                                                      bound)  # fmt: skip
+        if reach and _fits_somewhere(framework, eligible, floor, residual, witness,
+                                     fresh[framework], near):  # fmt: skip
             return framework
         active[framework] = False
         _remove(f_gone, f_admitted, f_bit, f_tied, f_seg, j)
         left[b] -= 1
         if left[b] == 0:
             _remove(r_gone, r_admitted, r_bit, r_tied, r_seg, b)
+
+
+@njit(inline="always")
+def _most_free(residual: np.ndarray, near: np.ndarray) -> np.ndarray:
+    """The most of each resource free at any agent `near` (-inf where there is none)."""
+    bound = np.full(residual.shape[1], -np.inf)
+    for i in near:
+        for r in range(residual.shape[1]):
+            if residual[i, r] > bound[r]:
+                bound[r] = residual[i, r]
+    return bound
+
+
+@njit(inline="always")
+def _out_of_reach(n: int, floor: np.ndarray, residual: np.ndarray, witness: np.ndarray,
+                  bound: np.ndarray) -> bool:  # fmt: skip
+    """Whether framework n, not fresh, needs more of some resource than any agent near has
+    and than its witness has: then `_fits_somewhere` tries those agents alone and finds
+    none (the same answer, without a test per agent)."""
+    w = witness[n]
+    for r in range(floor.shape[1]):
+        f = floor[n, r]
+        if f > bound[r] and (w < 0 or residual[w, r] < f):
+            return True
+    return False
 
 
 @njit

@@ -6,13 +6,15 @@ with nothing allocated share a value of 0) and near ties, grant after grant as
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from allocator.engine_columns import _pick_loop
 from allocator.pick_ties import candidates as kept_candidates
-from allocator.pick_ties import pick, served
+from allocator.pick_ties import pick, rekey, served, ties_of
 from allocator.policy.ties import RELATIVE_TIE
 
 
@@ -135,3 +137,63 @@ def test_a_served_framework_whose_value_is_not_finite_stops_the_draws() -> None:
                                    values, np.zeros(1))  # fmt: skip
     assert finite
     assert not served(kept, 0, 1, True, np.inf, 0.0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.sampled_from(LEVELS), min_size=1, max_size=40),
+    st.integers(1, 4),
+    st.lists(st.tuples(st.integers(0, 39), st.sampled_from(LEVELS)), max_size=12),
+)
+def test_a_new_key_moves_its_item_where_a_stable_sort_puts_it(keys, n_segments, changes):
+    keys = np.array(keys)
+    n = len(keys)
+    start = np.unique(np.linspace(0, n, n_segments + 1).astype(np.int64))
+    ties = ties_of(keys, start)
+    for item, key in changes:  # up or down: a grant raises a key, the order allows both
+        item %= n
+        s = int(np.searchsorted(start, item, side="right") - 1)
+        keys[item] = key
+        rekey(ties, item, s, key)
+        for a, b in itertools.pairwise(start.tolist()):
+            assert ties[2][a:b].tolist() == (a + np.argsort(keys[a:b], kind="stable")).tolist()
+
+
+@st.composite
+def placed(draw):
+    """Candidates with real fit inputs: floors and residuals over a few agents, some
+    frameworks fresh, the others tried only at the agents near and at their witness."""
+    n_f = draw(st.integers(1, 30))
+    n_a = draw(st.integers(1, 6))
+    amounts = st.sampled_from([0.0, 1.0, 2.0, 3.0])
+    residual = np.array(draw(st.lists(amounts, min_size=2 * n_a, max_size=2 * n_a)))
+    demand = np.array(draw(st.lists(amounts, min_size=2 * n_f, max_size=2 * n_f)))
+    floor = np.where(demand > 0, demand - 1e-9, -np.inf).reshape(n_f, 2)
+    eligible = np.array(draw(st.lists(st.booleans(), min_size=n_f * n_a, max_size=n_f * n_a)))
+    near = np.flatnonzero(np.array(draw(st.lists(st.booleans(), min_size=n_a, max_size=n_a))))
+    fresh = np.array(draw(st.lists(st.booleans(), min_size=n_f, max_size=n_f)))
+    witness = np.array(draw(st.lists(st.integers(-1, n_a - 1), min_size=n_f, max_size=n_f)))
+    values = np.array(draw(st.lists(st.sampled_from(LEVELS), min_size=n_f, max_size=n_f)))
+    seed = draw(st.integers(0, 2**32 - 1))
+    return (n_f, eligible.reshape(n_f, n_a), floor, residual.reshape(n_a, 2), witness, fresh,
+            near, values, seed)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=placed())
+def test_frameworks_out_of_reach_retire_as_the_fit_tests_retire_them(case) -> None:
+    n_f, eligible, floor, residual, witness, fresh, near, values, seed = case
+    members = np.arange(n_f)
+    role_of = np.zeros(n_f, dtype=np.int64)
+    sides = [(np.ones(n_f, dtype=bool), witness.copy(), np.random.default_rng(seed))
+             for _ in range(2)]  # fmt: skip
+    ours, theirs = sides
+    _, kept = kept_candidates(members, ours[0], np.ones(n_f, dtype=bool), role_of, 0, values,
+                              values)  # fmt: skip
+    got = pick(kept, 0, ours[0], eligible, floor, residual, ours[1], fresh, near, ours[2])
+    want = _pick_loop(members, theirs[0], np.ones(n_f, dtype=bool), role_of, 0, values, values,
+                      eligible, floor, residual, theirs[1], fresh, near, theirs[2],
+                      np.empty(n_f, dtype=np.int64))  # fmt: skip
+    assert got == want
+    assert (ours[0] == theirs[0]).all() and (ours[1] == theirs[1]).all()
+    assert ours[2].bit_generator.state == theirs[2].bit_generator.state
