@@ -228,6 +228,33 @@ def test_lease_expiry_reclaims_a_silent_tenant() -> None:
     broker.stop()
 
 
+def test_a_run_that_stalls_the_broker_expires_no_lease_for_its_own_silence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Fault injection: a run that holds the broker past a lease (a kernel compiling under
+    # load held every thread for 38 s once), so no tenant could be heard meanwhile.
+    monkeypatch.setattr("allocator.broker.core.STALL_SECONDS", 0.1)
+    backend = RecordingBackend()
+    broker = Broker(backend, EngineConfig("drf", mode="characterized"), lease_seconds=0.3)
+    broker.start(loop=False)
+    broker.register(request("pi", PI, target=2))
+    real = broker.engine.allocate
+
+    def stalled(now: float, max_grants: int | None = None):  # type: ignore[no-untyped-def]
+        time.sleep(0.5)
+        return real(now, max_grants)
+
+    monkeypatch.setattr(broker.engine, "allocate", stalled)
+    broker.allocate_once()  # 0.5 s: longer than the lease
+    monkeypatch.setattr(broker.engine, "allocate", real)
+    broker.allocate_once()  # at once, before the tenant's queued call got in
+    assert "pi" in broker.tenants and backend.killed == []
+    time.sleep(0.4)  # now the tenant is silent while the broker listens
+    broker.allocate_once()
+    assert sorted(e for t, e in backend.killed if t == "pi") == ["1", "2"]
+    broker.stop()
+
+
 def test_restart_readopts_running_executors_without_double_counting(tmp_path: Path) -> None:
     alive: set[tuple[str, str]] = set()
     store = Store(tmp_path / "s.sqlite")

@@ -50,6 +50,9 @@ from allocator.state import Mode
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 30.0
+#: A run that holds the broker this long keeps the tenants' calls waiting behind it (and a
+#: kernel compiled in it holds every thread): leases count again from its end.
+STALL_SECONDS = 1.0
 HISTORY = 10_000  # latency samples kept for reports and benchmarks
 # /healthz: the loop is stalled once it has completed no run for two intervals and this long
 # (a run may wait for the lock behind API calls, and a slow machine delays it further).
@@ -86,6 +89,7 @@ class Broker:
         for agent in agents:
             self.engine.add_agent(agent.name, agent.resources, agent.attributes)
         self.tenants: dict[str, Tenant] = {}
+        self._deaf_until = -float("inf")  # the end of the last run that stalled the broker
         self._held = False  # no grants while a live batch's start barrier holds (hold_grants)
         self._id_floor: dict[str, int] = {}  # executor ids never reused within a tenant id
         self._lock = threading.RLock()
@@ -545,10 +549,11 @@ class Broker:
                     tenant.executors.clear()
                     self._forget_if_stopped(tenant)
                 continue
-            if tenants.lease_expired(tenant.last_seen, now, self.lease_seconds):
+            heard = max(tenant.last_seen, self._deaf_until)
+            if tenants.lease_expired(heard, now, self.lease_seconds):
                 log.warning(
                     "tenant %s sent nothing for %.0f s (lease %.0f s)",
-                    tenant.tenant_id, now - tenant.last_seen, self.lease_seconds,
+                    tenant.tenant_id, now - heard, self.lease_seconds,
                 )  # fmt: skip
                 try:
                     self._drop_tenant(tenant, "lease expired")
@@ -592,6 +597,11 @@ class Broker:
             if self.engine.runs != runs_before:
                 for observe in self.on_run:
                     observe(time.perf_counter() - began, launched)
+            ended = time.monotonic()
+            if ended - now > STALL_SECONDS:
+                log.warning("an allocation run held the broker for %.1f s; leases count "
+                            "from its end", ended - now)  # fmt: skip
+                self._deaf_until = ended
             self._poke()  # a run stopped at the launch cap continues at once
             return launched
 
