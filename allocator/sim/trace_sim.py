@@ -3,8 +3,9 @@
 Users (Mesos roles at `level=role`) submit jobs; each task group of a job (its tasks of one
 demand vector) is an engine framework whose target is its unfinished tasks. A granted task
 runs for its own duration and is then released. Users join and leave at given times; a user
-who leaves unregisters its frameworks, which frees their tasks. The loop is a heapq of
-events with the engine's 1 s allocation tick, as in `BatchSimulator`.
+who leaves unregisters its frameworks, which frees their tasks. The loop is a queue of
+events (`event_queue.EventQueue`: a heap's pops) with the engine's 1 s allocation tick, as in
+`BatchSimulator`.
 
 Per event the driver does O(1) work plus O(users) when the fairness index must be
 recomputed: running totals (allocated resources, per-user holdings) are kept incrementally,
@@ -13,7 +14,6 @@ never by walking `engine.running` or every agent.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 import time as wallclock
@@ -38,6 +38,7 @@ from allocator.scenarios.trace import (
     load_trace,
     parse_trace,
 )
+from allocator.sim.event_queue import EventQueue
 from allocator.sim.trace_reclaim import KILL, TASK_DONE, TraceReclaim
 from allocator.sim.trace_result import TraceResult
 from allocator.sim.trace_series import TraceSeries
@@ -175,7 +176,7 @@ class TraceSimulator:
         self.last_completion = 0.0
         self.slot_busy = 0.0  # slots taken (slot scheduler)
         self.slot_integral = 0.0
-        self._events: list[tuple[float, int, int, int, int]] = []
+        self._events = EventQueue()
         self._seq = itertools.count()
         self.reclaim = TraceReclaim(self) if self.config.reclaims else None
 
@@ -242,7 +243,7 @@ class TraceSimulator:
         self.demand_dict[g] = None
 
     def _at(self, time: float, kind: int, a: int = 0, b: int = 0) -> None:
-        heapq.heappush(self._events, (time, next(self._seq), kind, a, b))
+        self._events.push((time, next(self._seq), kind, a, b))
 
     # ---- events --------------------------------------------------------------------------
     def _add_agent(self, i: int) -> None:
@@ -359,9 +360,9 @@ class TraceSimulator:
         """The next tick; with nothing waiting, the first tick after the next event (idle
         ticks would do nothing, and a tick still follows every event within an interval)."""
         after = now + self.interval
-        heap = self._events
-        if self.pending == 0 and heap and heap[0][0] > after:
-            after = self.interval * math.ceil(heap[0][0] / self.interval - 1e-9)
+        events = self._events
+        if self.pending == 0 and events and events.first()[0] > after:
+            after = self.interval * math.ceil(events.first()[0] / self.interval - 1e-9)
         return after
 
     def _allocate(self) -> None:
@@ -372,7 +373,7 @@ class TraceSimulator:
         grants = self.engine.allocate(self.now)
         if not grants:
             return
-        heap = self._events
+        push = self._events.push
         seq = self._seq
         series = self.series
         now = self.now
@@ -395,7 +396,7 @@ class TraceSimulator:
                     self.reclaim.launch(g, agent, duration)
                 continue
             for duration in self.queues[g].take(tasks):
-                heapq.heappush(heap, (now + duration, next(seq), _FINISH, g, agent))
+                push((now + duration, next(seq), _FINISH, g, agent))
         series.changed()
 
     def _audit_grant(self, g: int, agent: int, tasks: int) -> None:
@@ -427,12 +428,13 @@ class TraceSimulator:
             if math.isfinite(user.leave_s):
                 self._at(user.leave_s, _LEAVE, u)
         self._at(0.0, _TICK)
-        heap = self._events
+        events = self._events
+        first, pop = events.first, events.pop
         engine = self.engine
         series = self.series
         end = 0.0
-        while heap:
-            now = heap[0][0]
+        while events:
+            now = first()[0]
             if now > horizon:
                 break
             series.advance(now)
@@ -440,8 +442,8 @@ class TraceSimulator:
                 self.slot_integral += (now - self.now) * self.slot_busy
             self.now = end = now
             ticked = False
-            while heap and heap[0][0] == now:
-                _, _, kind, a, b = heapq.heappop(heap)
+            while events and first()[0] == now:
+                _, _, kind, a, b = pop()
                 if kind == _FINISH:
                     self._finish(a, b)
                 elif kind == _TICK:
@@ -464,7 +466,7 @@ class TraceSimulator:
                     self.reclaim.run(now)
             if ticked:
                 series.tick()
-                if not heap and self.pending == 0 and horizon == math.inf:
+                if not events and self.pending == 0 and horizon == math.inf:
                     break  # nothing runs, nothing will arrive
                 if now > MAX_SIMULATED_S:
                     raise ScenarioError(
