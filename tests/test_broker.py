@@ -255,6 +255,31 @@ def test_a_run_that_stalls_the_broker_expires_no_lease_for_its_own_silence(
     broker.stop()
 
 
+def test_a_silent_tenant_expires_even_when_every_run_stalls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Runs of 0.15 s every 0.15 s, each a stall: the time between them still counts, so a
+    # silent tenant is dropped once 0.3 s of listening have passed, not never.
+    monkeypatch.setattr("allocator.broker.core.STALL_SECONDS", 0.1)
+    backend = RecordingBackend()
+    broker = Broker(backend, EngineConfig("drf", mode="characterized"), lease_seconds=0.3)
+    broker.start(loop=False)
+    broker.register(request("pi", PI, target=2))
+    real = broker.engine.allocate
+
+    def stalled(now: float, max_grants: int | None = None):  # type: ignore[no-untyped-def]
+        time.sleep(0.15)
+        return real(now, max_grants)
+
+    monkeypatch.setattr(broker.engine, "allocate", stalled)
+    for _ in range(8):  # 2.4 s in all, 1.2 s of it listening
+        broker.allocate_once()
+        time.sleep(0.15)
+    assert "pi" not in broker.tenants or broker.tenants["pi"].stopping_since is not None
+    assert sorted(e for t, e in backend.killed if t == "pi") == ["1", "2"]
+    broker.stop()
+
+
 def test_restart_readopts_running_executors_without_double_counting(tmp_path: Path) -> None:
     alive: set[tuple[str, str]] = set()
     store = Store(tmp_path / "s.sqlite")

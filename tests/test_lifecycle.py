@@ -151,3 +151,11 @@ def test_only_executors_it_runs_and_is_not_killing_yet_are_killed() -> None:
     tenant.executors = {"1": record("1", ExecutorState.RUNNING), "2": record("2", KILLING)}
     assert tenant.start_killing(["1", "2", "9", "1"]) == ["1"]
     assert {e: r.state for e, r in tenant.executors.items()} == {"1": KILLING, "2": KILLING}
+
+
+def test_deaf_seconds_count_the_stalls_inside_the_silence_only() -> None:
+    stalls = [(NOW - 50, NOW - 40), (NOW - 20, NOW - 15), (NOW - 2, NOW + 5)]
+    # since NOW - 45: 5 s of the first, all 5 of the second, 2 of the third (up to now)
+    assert tenants.deaf_seconds(stalls, since=NOW - 45, now=NOW) == 12
+    assert tenants.deaf_seconds(stalls, since=NOW - 10, now=NOW) == 2
+    assert tenants.deaf_seconds([], since=NOW - 10, now=NOW) == 0

@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 30.0
 #: A run that holds the broker this long keeps the tenants' calls waiting behind it (and a
-#: kernel compiled in it holds every thread): leases count again from its end.
+#: kernel compiled in it holds every thread): its time does not count against any lease.
 STALL_SECONDS = 1.0
 HISTORY = 10_000  # latency samples kept for reports and benchmarks
 # /healthz: the loop is stalled once it has completed no run for two intervals and this long
@@ -89,7 +89,8 @@ class Broker:
         for agent in agents:
             self.engine.add_agent(agent.name, agent.resources, agent.attributes)
         self.tenants: dict[str, Tenant] = {}
-        self._deaf_until = -float("inf")  # the end of the last run that stalled the broker
+        # (start, end) of the runs that stalled the broker, since the oldest lease's last call
+        self._stalls: deque[tuple[float, float]] = deque(maxlen=HISTORY)
         self._held = False  # no grants while a live batch's start barrier holds (hold_grants)
         self._id_floor: dict[str, int] = {}  # executor ids never reused within a tenant id
         self._lock = threading.RLock()
@@ -537,6 +538,9 @@ class Broker:
                 self._poke()
 
     def _expire_leases(self, now: float) -> None:
+        oldest = min((t.last_seen for t in self.tenants.values()), default=now)
+        while self._stalls and self._stalls[0][1] < oldest:
+            self._stalls.popleft()
         for tenant in list(self.tenants.values()):
             if tenant.stopping_since is not None:
                 if tenants.never_reported(tenant.standing, now):
@@ -549,7 +553,7 @@ class Broker:
                     tenant.executors.clear()
                     self._forget_if_stopped(tenant)
                 continue
-            heard = max(tenant.last_seen, self._deaf_until)
+            heard = tenant.last_seen + tenants.deaf_seconds(self._stalls, tenant.last_seen, now)
             if tenants.lease_expired(heard, now, self.lease_seconds):
                 log.warning(
                     "tenant %s sent nothing for %.0f s (lease %.0f s)",
@@ -599,9 +603,9 @@ class Broker:
                     observe(time.perf_counter() - began, launched)
             ended = time.monotonic()
             if ended - now > STALL_SECONDS:
-                log.warning("an allocation run held the broker for %.1f s; leases count "
-                            "from its end", ended - now)  # fmt: skip
-                self._deaf_until = ended
+                log.warning("an allocation run held the broker for %.1f s; no lease counts "
+                            "that time", ended - now)  # fmt: skip
+                self._stalls.append((now, ended))
             self._poke()  # a run stopped at the launch cap continues at once
             return launched
 

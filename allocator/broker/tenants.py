@@ -42,7 +42,7 @@ wherever the tenant is not resting.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from allocator.backends.base import ExecutorState, LaunchSpec
@@ -150,6 +150,12 @@ def dropped(standing: Standing, now: float) -> tuple[Standing, Refusals]:
 
 def lease_expired(last_seen: float, now: float, lease_seconds: float) -> bool:
     return now - last_seen > lease_seconds
+
+
+def deaf_seconds(stalls: Iterable[tuple[float, float]], since: float, now: float) -> float:
+    """How much of [since, now] the broker spent in `stalls` ((start, end) of the runs that
+    held it, apart), when no tenant could be heard."""
+    return sum(max(0.0, min(end, now) - max(start, since)) for start, end in stalls)
 
 
 def never_reported(standing: Standing, now: float) -> bool:
