@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from allocator.draws import below
 from allocator.fill_kernels import (
     DONE,
     DRF,
@@ -325,17 +326,17 @@ def _draw(found: np.ndarray, tied: int, n_a: int, pristine: tuple,
         return found[0]
     chosen = found[:agents]
     chosen.sort()
-    j = 0 if every == 1 else rng.integers(0, every)
+    j = 0 if every == 1 else below(rng, every)
     if classes == agents:
         return chosen[j]
     # the least index x with j + 1 tied agents at or below it
     lo, hi = 0, n_a - 1
     while lo < hi:
         x = (lo + hi) // 2
-        below = np.searchsorted(chosen, x, side="right")
+        at_or_below = np.searchsorted(chosen, x, side="right")
         for i in range(agents, classes):
-            below += _untouched_up_to(found[i] - n_a, x, pristine)
-        if below >= j + 1:
+            at_or_below += _untouched_up_to(found[i] - n_a, x, pristine)
+        if at_or_below >= j + 1:
             hi = x
         else:
             lo = x + 1
@@ -549,7 +550,7 @@ def bestfit(rng: np.random.Generator, ints: np.ndarray, residual: np.ndarray,
             tied += 1
         if tied > 1:
             ties[:tied].sort()
-            n = ties[rng.integers(0, tied)]
+            n = ties[below(rng, tied)]
         else:
             n = ties[0]
         tied = _best_agent(n, n_a, residual, floor, eligible, group, terms, compared,

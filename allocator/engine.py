@@ -43,7 +43,13 @@ from allocator.engine_config import EngineConfig, Trigger
 from allocator.errors import FairbrokerError
 from allocator.filling import progressive_fill
 from allocator.mesos_defaults import MIN_ALLOCATABLE
-from allocator.model import Cluster, fit_demand_of, held_demand_of, matches_constraints
+from allocator.model import (
+    Cluster,
+    fit_demand_of,
+    fit_floor_of,
+    held_demand_of,
+    matches_constraints,
+)
 from allocator.policy import Selection, Ties, scheduler
 from allocator.policy.levels import Level
 from allocator.policy.selection import FillInputs, Selector, make_selector
@@ -246,6 +252,8 @@ class Engine:
         self._roles_version = 0  # moves whenever `_roles` does
         self._frameworks_version = 0  # moves whenever a framework registers or leaves
         self._rows_cache: tuple[int, _FrameworkRows] | None = None
+        # (frameworks version, the tolerance it was made with, `Columns.fit_floor`)
+        self._floor_cache: tuple[int, np.ndarray, np.ndarray] | None = None
         self._role_weights: tuple[int, EngineConfig, np.ndarray] | None = None
         # (capacity version, the distinct capacity rows, the largest |capacity| per resource)
         self._shapes: tuple[int, np.ndarray, np.ndarray] | None = None
@@ -816,8 +824,10 @@ class Engine:
         wanting = [n for n in self._rescan if self._count[n] < self._target[n]]
         if wanting:
             residual = self._capacity[:n_a] - self._used[:n_a]
-            # Looser than any fit test of a run (1e-9 of the largest capacity).
-            room = residual + 1e-6 * np.maximum(self._capacity_shapes()[1], 1.0)
+            # Looser than any fit test of a run (1e-9 of the largest capacity). Column-major:
+            # numpy broadcasts over a row of a few resources slowly.
+            slack = 1e-6 * np.maximum(self._capacity_shapes()[1], 1.0)
+            room = np.add(residual, slack, order="F")
             for n in wanting:
                 fits = live.copy() if n not in self._rows else self._rows[n][:n_a] & live
                 for r, d in enumerate(self._demand[n]):
@@ -991,7 +1001,7 @@ class Engine:
             resources=self.resources,
             agent_names=_Picked(agent_names, columns),  # type: ignore[arg-type]
             framework_names=framework_names,
-            capacity=capacity[columns],
+            capacity=np.take(capacity, columns, axis=0),  # (faster than capacity[columns])
             demand=rows.demand,
             weight=rows.weight,
             eligible=eligible,
@@ -1002,14 +1012,14 @@ class Engine:
             whole_total=total,
             alone=alone,
             framework_rows=(rows.active, rows.fit_demand, rows.held_demand),
+            fit_floor=self._fit_floor(rows, tol),
         )
         # The run's own grants only: nothing in a run reads x_{n,i}, and the engine records
         # the grants in its maps (`_record`).
         placements: np.ndarray = _Placements()  # type: ignore[assignment]
-        state = AllocationState(cluster, self.mode, known_demand=self._known[:n_f], tol=tol,
-                                tasks=placements)  # fmt: skip
-        state.load(placements, self._count[:n_f], self._used[columns])
-        return state
+        running = (self._count[:n_f], np.take(self._used, columns, axis=0))
+        return AllocationState(cluster, self.mode, known_demand=self._known[:n_f], tol=tol,
+                               tasks=placements, running=running)  # fmt: skip
 
     def _framework_rows(self) -> _FrameworkRows:
         """The framework slots' rows of a run's cluster, made again only when frameworks
@@ -1029,6 +1039,15 @@ class Engine:
             )
             self._rows_cache = (self._frameworks_version, rows)
         return self._rows_cache[1]
+
+    def _fit_floor(self, rows: _FrameworkRows, tol: np.ndarray) -> np.ndarray:
+        """`Columns.fit_floor` of the kept rows, made again only when the frameworks or the
+        tolerance (the capacities) changed; `_framework_changed` writes one row."""
+        cached = self._floor_cache
+        if cached is None or cached[0] != self._frameworks_version or cached[1] is not tol:
+            cached = (self._frameworks_version, tol, fit_floor_of(rows.fit_demand, tol))
+            self._floor_cache = cached
+        return cached[2]
 
     def _framework_changed(self, slot: int) -> None:
         """A framework registered or left at `slot`: its row of the kept framework rows is
@@ -1053,6 +1072,10 @@ class Engine:
         rows.weight[slot] = self._weight[slot] if active else 1.0
         rows.role_of[slot] = self._role[slot]
         self._rows_cache = (self._frameworks_version, rows)
+        floor = self._floor_cache
+        if floor is not None and floor[0] == self._frameworks_version - 1:
+            floor[2][slot] = fit_floor_of(rows.fit_demand[slot], floor[1])
+            self._floor_cache = (self._frameworks_version, floor[1], floor[2])
 
     def _totals(self) -> tuple[np.ndarray, np.ndarray]:
         """C_r and the fit tolerance of the whole cluster, as a dense snapshot computes them

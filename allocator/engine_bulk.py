@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from allocator import pick_ties
+from allocator.draws import below
 from allocator.engine_columns import ColumnsFirst, _drf_share, _summed
 from allocator.jit import njit
 from allocator.policy.bestfit_index import _agent_shapes, _scan_kernel, best_fit_scan
@@ -141,7 +142,7 @@ def _fill(members: np.ndarray, active: np.ndarray, wanting: np.ndarray, runnable
             pick_ties.drop(candidates, candidates[1][framework])
             last = -1
             continue
-        agent = tied_agents[0] if k == 1 else tied_agents[rng.integers(0, k)]
+        agent = tied_agents[0] if k == 1 else tied_agents[below(rng, k)]
         # AllocationState.grant, one task
         demand = fit_demand[framework]
         count[framework] += 1

@@ -58,8 +58,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from allocator.draws import below
 from allocator.jit import njit
-from allocator.model import Cluster
+from allocator.model import Cluster, fit_floor_of
 from allocator.policy.base import Criterion
 from allocator.policy.levels import Level
 from allocator.policy.selection import AgentPass, FillInputs, FrameworkFirst, Selection
@@ -105,6 +106,8 @@ class Columns(Cluster):
     #: (`has_demand`, `fit_demand`, `held_demand`) as the engine keeps them across runs,
     #: or None.
     framework_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    #: `fit_floor_of(fit_demand, tol)` at the run's tolerance, as the engine keeps it, or None.
+    fit_floor: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -179,7 +182,8 @@ class ColumnsFirst(FrameworkFirst):
         if n_f * n_a <= HOPELESS_PAIRS and not compiled:
             self.fits = self._fits_at(np.arange(n_a))
             self.hopeful = self.fits.any(axis=1)
-        self._floor: np.ndarray | None = None  # (F, R) d - tol where d > 0, -inf elsewhere
+        # (F, R) `fit_floor_of`: d - tol where d > 0, -inf elsewhere.
+        self._floor: np.ndarray | None = getattr(state.cluster, "fit_floor", None)
         # The candidates (active and wanting) at the fill's first compiled pick, ascending
         # (by role first at role level): within a fill no framework becomes one again.
         self._members: np.ndarray | None = None
@@ -300,9 +304,7 @@ class ColumnsFirst(FrameworkFirst):
         candidates (`_members`) and a scope of every agent if none was given."""
         state = self.state
         if self._floor is None:
-            demand = state.fit_demand
-            with np.errstate(invalid="ignore"):
-                self._floor = np.where(demand > 0, demand - state.tol, -np.inf)
+            self._floor = fit_floor_of(state.fit_demand, state.tol)
         if self._members is None:
             members = np.flatnonzero(self.active & state.wanting())
             if self.role_level:  # grouped by role, as `_pick_loop` reads them
@@ -432,7 +434,7 @@ def _pick_loop(members: np.ndarray, active: np.ndarray, wanting: np.ndarray,
                 if left[h] > 0 and role_values[role[h]] <= limit:
                     tied[k] = h
                     k += 1
-            b = tied[0] if k == 1 else tied[rng.integers(0, k)]
+            b = tied[0] if k == 1 else tied[below(rng, k)]
         low = np.inf
         for j in range(start[b], start[b + 1]):
             n = live[j]
@@ -445,7 +447,7 @@ def _pick_loop(members: np.ndarray, active: np.ndarray, wanting: np.ndarray,
             if active[n] and values[n] <= limit:
                 tied[k] = n
                 k += 1
-        framework = tied[0] if k == 1 else tied[rng.integers(0, k)]
+        framework = tied[0] if k == 1 else tied[below(rng, k)]
         if _fits_somewhere(framework, eligible, floor, residual, witness, fresh[framework],
                            near):  # fmt: skip
             return framework

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from allocator.draws import below
 from allocator.jit import njit
 
 #: As `allocator.policy.ties.RELATIVE_TIE` (`native_fill.applies` checks they agree).
@@ -295,7 +296,7 @@ def rrr(crit: int, rng: np.random.Generator, ints: np.ndarray, residual: np.ndar
                 tied += 1
         if tied > 1:
             ties[:tied].sort()
-            n = ties[rng.integers(0, tied)]
+            n = ties[below(rng, tied)]
         else:
             n = ties[0]
         ordered = crit != PSDSF_SCAN and crit != RPSDSF

@@ -166,6 +166,13 @@ def fit_demand_of(demand: np.ndarray) -> np.ndarray:
     return np.asfortranarray(np.nan_to_num(demand, nan=np.inf))
 
 
+def fit_floor_of(fit_demand: np.ndarray, tol: np.ndarray) -> np.ndarray:
+    """d - tol where d > 0, -inf elsewhere (of `fit_demand_of`'s rows): one more task fits
+    where the residual reaches the floor in every resource, as the compiled fit tests read it."""
+    with np.errstate(invalid="ignore"):
+        return np.where(fit_demand > 0, fit_demand - tol, -np.inf)
+
+
 def held_demand_of(demand: np.ndarray) -> np.ndarray:
     """d with 0 where it is not known: what each task of it holds of each resource."""
     return np.nan_to_num(demand, nan=0.0)

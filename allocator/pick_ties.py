@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from allocator.draws import below
 from allocator.engine_columns import _fits_somewhere
 from allocator.jit import njit
 from allocator.policy.ties import RELATIVE_TIE
@@ -257,14 +258,14 @@ def pick(kept, n_roles: int, active: np.ndarray, eligible: np.ndarray, floor: np
             if k == 0:
                 return -1
             b = _select(r_start, r_order, r_low, r_bit, 0, k,
-                        0 if k == 1 else rng.integers(0, k))  # fmt: skip
+                        0 if k == 1 else below(rng, k))  # fmt: skip
         elif left.shape[0] == 0:
             return -1
         k = _count(f_start, f_keys, f_order, f_low, f_admit, f_gone, f_admitted, f_bit, f_tied,
                    b)  # fmt: skip
         if k == 0:
             return -1  # no roles, and no candidate is left
-        j = _select(f_start, f_order, f_low, f_bit, b, k, 0 if k == 1 else rng.integers(0, k))
+        j = _select(f_start, f_order, f_low, f_bit, b, k, 0 if k == 1 else below(rng, k))
         framework = live[j]
         reach = fresh[framework] or not _out_of_reach(framework, floor, residual, witness,
                                                       bound)  # fmt: skip

@@ -49,24 +49,28 @@ class AllocationState:
         known_demand: np.ndarray | None = None,
         tol: np.ndarray | None = None,
         tasks: np.ndarray | None = None,
+        running: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         """`known_demand` overrides what the policy may know (the online engine passes the
         declared or observed demand of each framework); `tol` the fit tolerance (the
         engine's whole cluster's, over some of its agents); `tasks` x_{n,i} in place of a
-        dense (F, A) array of zeros (the engine's sparse placements, then `load`)."""
+        dense (F, A) array of zeros (the engine's sparse placements); `running` (count,
+        used): start from those tasks as `load(tasks, count, used)` does."""
         self.cluster = cluster
         self.mode = Mode(mode)
         n_f, n_a = cluster.n_frameworks, cluster.n_agents
-        # Column-major: the hot loops read one resource across all agents or frameworks.
-        self.residual = np.asfortranarray(cluster.capacity, dtype=float).copy(order="F")
-        self.tasks = np.zeros((n_f, n_a), dtype=np.int64) if tasks is None else tasks
-        self.count = np.zeros(n_f, dtype=float)
-        self.alloc = np.zeros((n_f, len(cluster.resources)), dtype=float, order="F")
-        self.limit = cluster.max_tasks.astype(float).copy()
+        n_r = len(cluster.resources)
+        if running is None:  # (else `load` makes them)
+            # Column-major: the hot loops read one resource across all agents or frameworks.
+            self.residual = np.asfortranarray(cluster.capacity, dtype=float).copy(order="F")
+            self.tasks = np.zeros((n_f, n_a), dtype=np.int64) if tasks is None else tasks
+            self.count = np.zeros(n_f, dtype=float)
+            self.alloc = np.zeros((n_f, n_r), dtype=float, order="F")
+        self.limit = np.array(cluster.max_tasks, dtype=float)
         #: Demand the allocator may use: declared in characterized mode, observed from granted
         #: tasks in oblivious mode (NaN until the framework has run a task).
         if known_demand is not None:
-            self.known_demand = known_demand.astype(float).copy()
+            self.known_demand = np.array(known_demand, dtype=float)
         elif self.mode is Mode.CHARACTERIZED:
             self.known_demand = cluster.demand.copy()
         else:
@@ -79,12 +83,16 @@ class AllocationState:
             self.tol = 1e-9 * np.maximum(cluster.capacity.max(axis=0, initial=0.0), 1.0)
         else:
             self.tol = np.array(tol, dtype=float)
-        self._wanting = self.runnable & (self.count < self.limit)
         #: Writes so far (grants and releases), and the write that last changed each agent's
         #: residual; incremental indexes (best fit) use them to find the agents to recheck.
         self.changes = 0
         self.changed_at = np.zeros(n_a, dtype=np.int64)
-        self.withheld = np.zeros_like(self.residual)
+        self.withheld = np.zeros((n_a, n_r), order="F")
+        if running is None:
+            self._wanting = self.runnable & (self.count < self.limit)
+        else:
+            assert tasks is not None
+            self.load(tasks, *running)
 
     # ---- feasibility -------------------------------------------------------------------
     @cached_property
@@ -143,8 +151,9 @@ class AllocationState:
         demand = self.cluster.held_demand
         self.tasks = tasks
         self.count = count.astype(float)
-        self.alloc = np.asfortranarray(self.count[:, None] * demand)
-        self.residual = np.asfortranarray(self.cluster.capacity - used)
+        # Made column-major at once: numpy broadcasts over a row of a few resources slowly.
+        self.alloc = np.multiply(self.count[:, None], demand, order="F")
+        self.residual = np.subtract(self.cluster.capacity, used, order="F")
         self._wanting = self.runnable & (self.count < self.limit)
         self.changes += 1
         self.changed_at[:] = self.changes
