@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numba import njit  # not cached: a cached test kernel would not see draws.py change
 
 from allocator.draws import below
-from allocator.jit import njit
 
 
 @njit

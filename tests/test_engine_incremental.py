@@ -10,6 +10,7 @@ agents only and the dense runs the engine keeps for the rest.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from unittest import mock
 
@@ -449,3 +450,90 @@ def test_kept_drf_shares_are_the_criterions(alloc: list, total: tuple, data: st.
     np.testing.assert_array_equal(values, max_ratio(held, whole) / weight)
     np.testing.assert_array_equal(role_alloc, roles.alloc)
     np.testing.assert_array_equal(role_values, max_ratio(roles.alloc, whole) / role_weight)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["tenant", "leave", "agent", "capacity", "run"]),
+            st.integers(0, 5),
+            AMOUNT,
+            AMOUNT,
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_kept_fit_floors_are_made_again_from_the_rows(steps: list) -> None:
+    """The floors a run reads (`Engine._fit_floor`, one row written per registration and
+    all made again when the tolerance moves) equal `fit_floor_of` of the run's rows at the
+    run's tolerance, whatever came and went before."""
+    from allocator.model import fit_floor_of
+
+    engine = Engine(("cpus", "mem"), EngineConfig("bfdrf", level="role"))
+    engine.add_agent("a0", {"cpus": 4.0, "mem": 4.0})
+    for at, (kind, k, x, y) in enumerate(steps):
+        name = f"t{k}"
+        if kind == "tenant" and name not in engine.frameworks:
+            with contextlib.suppress(EngineError):  # a demand that fits no agent is refused
+                engine.register(name, {"cpus": x, "mem": y}, role=f"r{k % 2}", target=3)
+        elif kind == "leave" and name in engine.frameworks:
+            engine.unregister(name)
+        elif kind == "agent":
+            engine.add_agent(f"a{at + 1}", {"cpus": 1e4 * x, "mem": y})  # moves the tolerance
+        elif kind == "capacity":
+            with contextlib.suppress(EngineError):
+                engine.set_capacity("a0", {"cpus": 4.0 * x, "mem": 4.0 * y})
+        else:
+            engine.allocate(float(at))
+        rows, (_, tol) = engine._framework_rows(), engine._totals()
+        kept = engine._fit_floor(rows, tol)
+        assert np.array_equal(kept, fit_floor_of(rows.fit_demand, tol))
+
+
+def test_a_state_built_loaded_is_the_state_built_then_loaded() -> None:
+    """`AllocationState(..., running=(count, used))` is construction then `load`, array by
+    array (a run's state is built the first way)."""
+    from allocator.state import AllocationState
+
+    engine = Engine(("cpus", "mem"), EngineConfig("bfdrf"))
+    for i, (c, m) in enumerate([(4.0, 8.0), (8.0, 2.0), (2.0, 2.0)]):
+        engine.add_agent(f"a{i}", {"cpus": c, "mem": m})
+    engine.register("x", {"cpus": 1.0, "mem": 1.5}, target=4)
+    engine.register("y", {"cpus": 0.5, "mem": 0.25}, target=9)
+    engine.allocate(0.0)
+    cluster = engine.cluster()
+    count, used = engine._count[:2].copy(), engine._used[:3].copy()
+    assert count.sum() > 0
+    loaded = AllocationState(cluster, tasks=np.zeros((2, 3), dtype=np.int64), running=(count, used))
+    then = AllocationState(cluster, tasks=np.zeros((2, 3), dtype=np.int64))
+    then.load(np.zeros((2, 3), dtype=np.int64), count, used)
+    for name in ("residual", "alloc", "count", "limit", "known_demand", "runnable", "withheld",
+                 "changed_at", "_wanting"):  # fmt: skip
+        a, b = getattr(loaded, name), getattr(then, name)
+        assert np.array_equal(a, b), name
+        assert a.flags["F_CONTIGUOUS"] == b.flags["F_CONTIGUOUS"], name
+    assert loaded.changes == then.changes
+
+
+def test_a_floor_row_written_for_a_reused_slot_is_at_the_runs_tolerance() -> None:
+    """Hand case: a tenant leaves and another registers into its slot (the one row the
+    engine writes): its floor is d - tol (1e-9 of the largest capacity, 4)."""
+    from allocator.model import fit_floor_of
+
+    engine = Engine(("cpus", "mem"), EngineConfig("bfdrf", level="role"))
+    engine.add_agent("a0", {"cpus": 4.0, "mem": 4.0})
+    engine.register("t0", {"cpus": 1.0, "mem": 1.0}, role="r0", target=3)
+    engine.register("t1", {"cpus": 1.0, "mem": 1.0}, role="r1", target=3)
+    engine.register("t3", {"cpus": 1.0, "mem": 1.0}, role="r0", target=3)  # r0 stays
+    engine.allocate(0.0)  # the floors are made
+    engine.unregister("t0")
+    engine.register("t2", {"cpus": 2.0, "mem": 1.0}, role="r0", target=3)  # t0's slot
+    rows, (_, tol) = engine._framework_rows(), engine._totals()
+    assert engine._floor_cache is not None
+    assert engine._floor_cache[0] == engine._frameworks_version  # the row was written
+    kept = engine._fit_floor(rows, tol)
+    slot = engine._framework_slots.index["t2"]
+    assert kept[slot].tolist() == [2.0 - 4e-9, 1.0 - 4e-9]
+    assert np.array_equal(kept, fit_floor_of(rows.fit_demand, tol))
