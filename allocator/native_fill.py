@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from allocator.model import Cluster
+from allocator.model import Cluster, fit_floor_of
 from allocator.policy.base import Criterion
 from allocator.policy.drf import DRF
 from allocator.policy.levels import Level
@@ -214,8 +214,7 @@ def _run_bestfit(arrays: _Arrays, state: AllocationState, rng: np.random.Generat
                       np.zeros(0), key)  # fmt: skip
     arrays.ints[k.M] = k.build_orders(key, arrays.wanting, srt)
     # feasibility as AllocationState.fits_framework: residual_r >= d_r - tol_r where d_r > 0
-    fit_demand = state.fit_demand
-    floor = np.ascontiguousarray(np.where(fit_demand > 0, fit_demand - state.tol, -np.inf))
+    floor = np.ascontiguousarray(fit_floor_of(state.fit_demand, state.tol))
     eligible = np.ascontiguousarray(cluster.eligible)
     group, refs, terms, compared, n_compared = _shapes(state.known_demand, total)
     pristine, residual = _pristine(cluster, arrays.residual)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from allocator.jit import njit
+from allocator.model import fit_floor_of
 from allocator.policy.bestfit import DemandShape, demand_shape, fit_distance
 from allocator.policy.ties import RELATIVE_TIE, pick_lowest
 from allocator.state import AllocationState
@@ -363,8 +364,7 @@ class BestFitIndex:
         self._ineligible = None if everywhere else np.ascontiguousarray(~cluster.eligible.T)
         # Feasibility exactly as AllocationState.fits_framework: residual_r >= d_r - tol_r for
         # each resource the task uses (d = inf for frameworks without demand: never fits).
-        demand = np.nan_to_num(cluster.demand, nan=np.inf)
-        floor = np.where(demand > 0, demand - state.tol, -np.inf)
+        floor = fit_floor_of(state.fit_demand, state.tol)
         self._floor = [
             (r, np.ascontiguousarray(floor[:, r]))
             for r in range(floor.shape[1])
