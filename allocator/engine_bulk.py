@@ -73,8 +73,8 @@ def _fill(members: np.ndarray, active: np.ndarray, wanting: np.ndarray, runnable
           residual: np.ndarray, alloc: np.ndarray, changed_at: np.ndarray,
           witness: np.ndarray, fresh: np.ndarray, near: np.ndarray, shape: np.ndarray,
           empty: np.ndarray, built: np.ndarray, distance: np.ndarray, tied_agents: np.ndarray,
-          ints: np.ndarray, out_f: np.ndarray, out_a: np.ndarray,
-          rng: np.random.Generator) -> int:  # fmt: skip
+          tree: np.ndarray, tree_kept: np.ndarray, ints: np.ndarray, out_f: np.ndarray,
+          out_a: np.ndarray, rng: np.random.Generator) -> int:  # fmt: skip
     """Grant as `ColumnsFirst` would until `ints[1]` grants are logged or a step needs
     Python; `ints[0]` is the state's write counter, in and out; `ints[1]` grants made, out;
     `ints[2]` the framework picked (LOOKUP). Returns DONE, FULL, STEPWISE or LOOKUP."""
@@ -131,7 +131,8 @@ def _fill(members: np.ndarray, active: np.ndarray, wanting: np.ndarray, runnable
         every = fresh[framework]
         k = _scan_kernel(eligible[framework], fit_demand[framework], tol, residual,
                          shape[ref], empty[ref], resources[:m], terms[:m], distance,
-                         tied_agents, near, every, last if kept == framework else -1)  # fmt: skip
+                         tied_agents, near, every, last if kept == framework else -1, tree,
+                         tree_kept)  # fmt: skip
         kept = framework if k >= 1 else -1
         if k == -2:
             ints[2] = framework
@@ -221,7 +222,8 @@ def fill(selector: ColumnsFirst, max_grants: int | None) -> list[Grant]:
             role_values, role_alloc, cluster.weight, role_weight, cluster.eligible,
             selector._floor, state.fit_demand, state.known_demand, state.tol, cluster.total,
             state.residual, state.alloc, state.changed_at, selector._witness, fresh, near,
-            scan.shape, scan.empty, scan.built, scan.distance, scan.tied, ints, out_f, out_a,
+            scan.shape, scan.empty, scan.built, scan.distance, scan.tied, scan.tree, scan.kept,
+            ints, out_f, out_a,
             selector.rng,
         )  # fmt: skip
         made = int(ints[1])

@@ -212,6 +212,44 @@ def test_small_instances_compiled(cluster, mode, seed):
     checked_fill(cluster, seed, mode)
 
 
+def _tree_used(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Lookups after a grant read the min tree from the first agent on (`TREE_MIN` 1);
+    returns the lookups' count of answers it gave."""
+    monkeypatch.setattr(bestfit_index, "COMPILED", True)
+    monkeypatch.setattr(bestfit_index, "TREE_MIN", 1)
+    used = [0]
+    real_best = bestfit_index.CompiledScan.best
+
+    def best(self, framework):
+        agent = real_best(self, framework)
+        used[0] += int(self.kept[bestfit_index.TREE_OF] > 0)
+        return agent
+
+    monkeypatch.setattr(bestfit_index.CompiledScan, "best", best)
+    return used
+
+
+@pytest.mark.parametrize(("seed", "constrained"), [(12, True), (13, False)])
+def test_the_kept_tree_answers_as_the_walk(monkeypatch, seed, constrained):
+    used = _tree_used(monkeypatch)
+    assert checked_fill(google_instance(seed, 120, 15, constrained), seed) > 0
+    assert used[0] > 0
+
+
+def test_the_kept_tree_sees_releases_between_picks(monkeypatch):
+    used = _tree_used(monkeypatch)
+    test_releases_between_picks_are_seen("compiled")
+    assert used[0] > 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(small_clusters(), st.sampled_from(list(Mode)), st.integers(0, 2**32 - 1))
+def test_small_instances_on_the_kept_tree(cluster, mode, seed):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _tree_used(monkeypatch)
+        checked_fill(cluster, seed, mode)
+
+
 def test_releases_between_picks_are_seen(path):
     """Writes the selector did not make (releases, grants elsewhere) still update H."""
     cluster = google_instance(7, 120, 15)

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from allocator import engine_bulk, engine_random
 from allocator.engine import Engine, EngineError
 from allocator.engine_config import EngineConfig
+from allocator.policy import bestfit_index
 from tests.support import reference_engine as reference
 
 SCHEDULERS = ["drf", "psdsf", "rpsdsf", "bfdrf", "tsf", "alpha-psdsf"]
@@ -149,12 +150,20 @@ COMPILED_CONFIGS = st.builds(
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(config=COMPILED_CONFIGS, data=st.data(), log=st.sampled_from([engine_bulk.LOG, 1, 3]))
+@given(
+    config=COMPILED_CONFIGS,
+    data=st.data(),
+    log=st.sampled_from([engine_bulk.LOG, 1, 3]),
+    tree_from=st.sampled_from([bestfit_index.TREE_MIN, 1]),
+)
 def test_compiled_fill_same_grants_run_by_run(
-    config: EngineConfig, data: st.DataObject, log: int
+    config: EngineConfig, data: st.DataObject, log: int, tree_from: int
 ) -> None:
-    """A grant log shorter than a run re-enters the loop mid-run."""
-    with mock.patch.object(engine_bulk, "LOG", log):
+    """A grant log shorter than a run re-enters the loop mid-run; half the examples read
+    the best fit after a grant from the min tree whatever the run's size."""
+    with mock.patch.object(engine_bulk, "LOG", log), mock.patch.object(
+        bestfit_index, "TREE_MIN", tree_from
+    ):
         same_grants_run_by_run(config, data, undeclared=True)
 
 

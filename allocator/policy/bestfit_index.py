@@ -39,6 +39,7 @@ import numpy as np
 
 from allocator.jit import njit
 from allocator.model import fit_floor_of
+from allocator.policy import min_tree
 from allocator.policy.bestfit import DemandShape, demand_shape, fit_distance
 from allocator.policy.ties import RELATIVE_TIE, pick_lowest
 from allocator.state import AllocationState
@@ -82,6 +83,70 @@ def _agent_shapes(
         empty[i] = is_empty
 
 
+#: `CompiledScan.kept`: the scans over this many agents or more keep a min tree of H for
+#: the lookups after a grant (`TREE_FROM`), and for how many positions the tree holds the
+#: kept H, plus one (0: it does not; `TREE_OF`), and how many of them are feasible.
+TREE_FROM, TREE_OF, TREE_FEASIBLE = 0, 1, 2
+#: Agents from which a lookup after a grant reads the min tree (below: the walk is cheaper).
+TREE_MIN = 256
+
+
+@njit(inline="always")
+def _distance_at(i: int, eligible: np.ndarray, floor: np.ndarray, residual: np.ndarray,
+                 shape: np.ndarray, empty: np.ndarray, resources: np.ndarray,
+                 terms: np.ndarray) -> tuple[bool, float]:  # fmt: skip
+    """Whether one more task fits on agent i (`fits_framework`'s test), and then its H."""
+    ok = eligible[i]
+    r = 0
+    n_r = residual.shape[1]
+    while ok and r < n_r:
+        ok = residual[i, r] >= floor[r]
+        r += 1
+    if not ok:
+        return False, np.nan
+    if empty[i]:
+        return True, np.inf
+    h = 0.0
+    for j in range(resources.shape[0]):
+        gap = abs(terms[j] - shape[i, resources[j]])
+        h = gap if j == 0 else h + gap
+    return True, h
+
+
+@njit
+def _rescan_one(eligible: np.ndarray, floor: np.ndarray, residual: np.ndarray,
+                shape: np.ndarray, empty: np.ndarray, resources: np.ndarray,
+                terms: np.ndarray, distance: np.ndarray, tied: np.ndarray, agents: np.ndarray,
+                every: bool, only: int, n_scan: int, tree: np.ndarray,
+                kept: np.ndarray) -> int:  # fmt: skip
+    """`_scan_kernel` after a grant at `only`, on the min tree of the kept H: the same
+    distances written, the same answer."""
+    if kept[TREE_OF] != n_scan + 1:
+        kept[TREE_FEASIBLE] = min_tree.build(tree, distance, agents, every, n_scan)
+        kept[TREE_OF] = n_scan + 1
+    at = only
+    if not every:  # `only` counts only where it is scanned
+        at = np.searchsorted(agents, only)
+        if at == n_scan or agents[at] != only:
+            at = -1
+    if at >= 0:
+        was = not np.isnan(distance[only])
+        ok, h = _distance_at(only, eligible, floor, residual, shape, empty, resources, terms)
+        distance[only] = h
+        kept[TREE_FEASIBLE] += int(ok) - int(was)
+        if ok and np.isnan(h):  # undefined: the caller decides, and keeps nothing
+            kept[TREE_OF] = 0
+            return -2
+        min_tree.update(tree, n_scan, at, h)
+    if kept[TREE_FEASIBLE] == 0:
+        return -1
+    low = tree[1]
+    if not np.isfinite(low):
+        return -2
+    limit = low + RELATIVE_TIE * max(1.0, abs(low))
+    return min_tree.at_most(tree, n_scan, limit, agents, every, tied)
+
+
 @njit
 def _scan_kernel(
     eligible: np.ndarray,
@@ -97,6 +162,8 @@ def _scan_kernel(
     agents: np.ndarray,
     every: bool,
     only: int,
+    tree: np.ndarray,
+    tree_kept: np.ndarray,
 ) -> int:
     """`best_fit_scan`'s feasibility, H and ties for one framework of valid shape, with the
     same float steps (`AllocationState.fits_framework`, `bestfit.shape_distance` on the
@@ -105,16 +172,21 @@ def _scan_kernel(
     not finite (the caller decides then). Not `every`: only at `agents` (ascending, every
     agent where the framework may fit among them). `only` >= 0: `distance` holds this
     framework's H from a call that returned k >= 1, and agent `only` alone changed since:
-    only its H is computed again."""
+    only its H is computed again, and over at least `tree_kept[TREE_FROM]` agents the least H
+    and its ties come from a min tree (`min_tree`, in `tree`) of the kept H."""
     n_a, n_r = residual.shape
     floor = np.full(n_r, -np.inf)
     for r in range(n_r):
         if demand[r] > 0:
             floor[r] = demand[r] - tol[r]
+    n_scan = n_a if every else agents.shape[0]
+    if only >= 0 and n_scan >= tree_kept[TREE_FROM]:
+        return _rescan_one(eligible, floor, residual, shape, empty, resources, terms, distance,
+                           tied, agents, every, only, n_scan, tree, tree_kept)  # fmt: skip
+    tree_kept[TREE_OF] = 0  # `distance` is written here: the tree no longer holds it
     low = np.inf
     feasible = 0
     undefined = False  # a NaN H among the feasible
-    n_scan = n_a if every else agents.shape[0]
     for at in range(n_scan):
         i = at if every else agents[at]
         if only >= 0 and i != only:
@@ -124,22 +196,11 @@ def _scan_kernel(
                 if kept < low:
                     low = kept
             continue
-        ok = eligible[i]
-        r = 0
-        while ok and r < n_r:
-            ok = residual[i, r] >= floor[r]
-            r += 1
+        ok, h = _distance_at(i, eligible, floor, residual, shape, empty, resources, terms)
         if not ok:
             distance[i] = np.nan
             continue
         feasible += 1
-        if empty[i]:
-            h = np.inf
-        else:
-            h = 0.0
-            for j in range(resources.shape[0]):
-                gap = abs(terms[j] - shape[i, resources[j]])
-                h = gap if j == 0 else h + gap
         distance[i] = h
         if np.isnan(h):
             undefined = True
@@ -198,6 +259,10 @@ class CompiledScan:
         n_a, n_r = state.residual.shape
         self.distance = np.empty(n_a)
         self.tied = np.empty(n_a, dtype=np.int64)
+        #: A min tree over `distance` for the lookups after a grant (`_rescan_one`), and
+        #: what it holds (`TREE_FROM`, `TREE_OF`, `TREE_FEASIBLE`).
+        self.tree = np.empty(2 * min_tree.leaves(n_a))
+        self.kept = np.array([TREE_MIN, 0, 0], dtype=np.int64)
         #: The agents' halves of H for each reference resource that has them (`built`), as
         #: of write `seen`: shape[ref] (A, R) and empty[ref] (A,).
         self.shape = np.zeros((n_r, n_a, n_r))
@@ -279,6 +344,8 @@ class CompiledScan:
                 near,
                 every,
                 only,
+                self.tree,
+                self.kept,
             )
             self._kept = kept if k >= 1 else None
             if k == -2:
