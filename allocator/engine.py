@@ -988,9 +988,12 @@ class Engine:
         """The allocation state over the agent slots `columns` (all frameworks), with the
         whole cluster's totals and tolerance (and TSF's y_n, `alone`)."""
         n_f, n_a = self._framework_slots.size, self._agent_slots.size
-        column = np.full(n_a, -1, dtype=np.int64)
-        column[columns] = np.arange(len(columns))
-        eligible = self._eligible_over(columns, self._filtered(now, column))
+        filtered: list[tuple[int, int]] = []
+        if self.filters:
+            column = np.full(n_a, -1, dtype=np.int64)
+            column[columns] = np.arange(len(columns))
+            filtered = self._filtered(now, column)
+        eligible = self._eligible_over(columns, filtered)
         agent_names, framework_names = self._slot_names()
         active = self._active[:n_f]
         roles = self._roles or ["*"]
@@ -1094,22 +1097,33 @@ class Engine:
             return []
         oblivious = self.mode is Mode.OBLIVIOUS
         agent_names, framework_names = self._slot_names()
-        frameworks = np.array([grant.framework for grant in grants], dtype=np.int64)
-        agents = columns[[grant.agent for grant in grants]]
-        tasks = np.array([grant.tasks for grant in grants], dtype=np.int64)
+        slots, positions, counts = zip(*grants, strict=True)
+        frameworks = np.array(slots, dtype=np.int64)
+        agents = np.take(columns, positions)
+        tasks = np.array(counts, dtype=np.int64)
         # In grant order, as one grant after another adds them.
         np.add.at(self._count, frameworks, tasks)
         np.add.at(self._used, agents, tasks[:, None] * self._demand[frameworks])
+        placed, hosted, held = self._placed, self._hosted, self._held
         out = []
-        for grant, i in zip(grants, agents.tolist(), strict=True):
-            n = grant.framework
+        for n, i, t, c in zip(slots, agents.tolist(), counts, positions, strict=True):
             f, a = framework_names[n], agent_names[i]
-            self._set_tasks(n, i, self._placed.get(n, {}).get(i, 0) + grant.tasks)
+            if t > 0:  # x_{n,i} in both maps, as `_set_tasks` writes it
+                on = placed.get(n)
+                if on is None:
+                    on = placed[n] = {}
+                x = on[i] = on.get(i, 0) + t
+                at = hosted.get(i)
+                if at is None:
+                    at = hosted[i] = {}
+                at[n] = x
+            else:  # an oblivious offer of which no whole task fitted
+                self._set_tasks(n, i, placed.get(n, {}).get(i, 0))
             if oblivious:
                 # The tenant keeps whole tasks and declines the rest of the offer; from now
                 # on the allocator knows its demand from what it launched.
                 self._known[n] = self.frameworks[f].demand
-                self._decline(f, a, state.withheld[grant.agent], now)
-            out.append(EngineGrant(f, a, grant.tasks, dict(self._held[n])))
+                self._decline(f, a, state.withheld[c], now)
+            out.append(EngineGrant(f, a, t, dict(held[n])))
         self.grants_total += len(out)
         return out

@@ -264,9 +264,10 @@ class CompiledScan:
         self.tree = np.empty(2 * min_tree.leaves(n_a))
         self.kept = np.array([TREE_MIN, 0, 0], dtype=np.int64)
         #: The agents' halves of H for each reference resource that has them (`built`), as
-        #: of write `seen`: shape[ref] (A, R) and empty[ref] (A,).
-        self.shape = np.zeros((n_r, n_a, n_r))
-        self.empty = np.zeros((n_r, n_a), dtype=bool)
+        #: of write `seen`: shape[ref] (A, R) and empty[ref] (A,). Not zeroed: a lookup reads
+        #: only what `_agent_shapes` wrote (shape[ref][:, r] for r != ref with C_r > 0).
+        self.shape = np.empty((n_r, n_a, n_r))
+        self.empty = np.empty((n_r, n_a), dtype=bool)
         self.built = np.zeros(n_r, dtype=bool)
         self.seen = state.changes
         self.last = -1  # the agent returned last: usually the only one changed since
