@@ -59,7 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from allocator.draws import below
-from allocator.jit import njit
+from allocator.jit import leaf, njit
 from allocator.model import Cluster, fit_floor_of
 from allocator.policy.base import Criterion
 from allocator.policy.levels import Level
@@ -357,7 +357,7 @@ class ColumnsFirst(FrameworkFirst):
         return int(self._tied[self.rng.integers(k)])
 
 
-@njit
+@leaf
 def _fits_somewhere(n: int, eligible: np.ndarray, floor: np.ndarray, residual: np.ndarray,
                     witness: np.ndarray, fresh: bool, near: np.ndarray) -> bool:  # fmt: skip
     """Whether one task of framework n fits on some agent (`fits_framework(n).any()`),
@@ -521,7 +521,7 @@ def _framework_ties(active: np.ndarray, wanting: np.ndarray, role_of: np.ndarray
     return k
 
 
-@njit
+@leaf
 def _drf_share(alloc: np.ndarray, total: np.ndarray, weight: float) -> float:
     """One holder's `DRF.values` (the same IEEE steps as `max_ratio` over the resources the
     cluster has, a NaN kept as np.maximum keeps it, then the division by the weight)."""
@@ -539,7 +539,7 @@ def _drf_share(alloc: np.ndarray, total: np.ndarray, weight: float) -> float:
     return share / weight
 
 
-@njit
+@leaf
 def _summed(alloc: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
     """out[r] = the sum of alloc[rows, r] in the order of `rows`, from the first (what
     `np.cumsum` ends at): a role's allocation over its frameworks, in slot order."""

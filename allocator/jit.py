@@ -49,6 +49,15 @@ def njit(function: Callable[..., Any] | None = None, **options: Any) -> Any:
         numba_config.CACHE_DIR = saved
 
 
+def leaf(function: Callable[..., Any]) -> Any:
+    """`njit` for a kernel that allocates nothing (no array, no view, no slice): compiled
+    without numba's reference counting (its `_nrt=False`; numba is pinned). A call of an
+    ordinary kernel increments and decrements the count of each array it is passed, with
+    atomic operations: a helper over ten arrays, called once per framework a fill retires,
+    spent about 85 ns a call on them and 5 ns on its work."""
+    return njit(function, _nrt=False)
+
+
 def package_root(function: Callable[..., Any]) -> Path:
     """The directory of the top-level package that defines `function`, or the file that
     does when that is a module of its own (a script, a test)."""

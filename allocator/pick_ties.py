@@ -23,7 +23,7 @@ import numpy as np
 
 from allocator.draws import below
 from allocator.engine_columns import _fits_somewhere
-from allocator.jit import njit
+from allocator.jit import leaf, njit
 from allocator.policy.ties import RELATIVE_TIE
 
 #: Segments up to this size are sorted by insertion.
@@ -107,7 +107,7 @@ def _sort(ties, s: int) -> None:  # type: ignore[no-untyped-def]
     low[s] = admit[s] = a
 
 
-@njit(inline="always")
+@leaf
 def _count(start: np.ndarray, keys: np.ndarray, order: np.ndarray, low: np.ndarray,
            admit: np.ndarray, gone: np.ndarray, admitted: np.ndarray, bit: np.ndarray,
            tied: np.ndarray, s: int) -> int:  # fmt: skip
@@ -133,7 +133,7 @@ def _count(start: np.ndarray, keys: np.ndarray, order: np.ndarray, low: np.ndarr
     return tied[s]
 
 
-@njit(inline="always")
+@leaf
 def _select(start: np.ndarray, order: np.ndarray, low: np.ndarray, bit: np.ndarray, s: int,
             k: int, r: int) -> int:  # fmt: skip
     """The r-th (from 0, in index order) of segment s's k ties, after `_count`."""
@@ -142,7 +142,7 @@ def _select(start: np.ndarray, order: np.ndarray, low: np.ndarray, bit: np.ndarr
     return _bit_select(bit, _bit_prefix(bit, start[s]) + r)
 
 
-@njit(inline="always")
+@leaf
 def _remove(gone: np.ndarray, admitted: np.ndarray, bit: np.ndarray, tied: np.ndarray,
             segment: np.ndarray, item: int) -> None:  # fmt: skip
     if not gone[item]:
@@ -290,7 +290,7 @@ def _most_free(residual: np.ndarray, near: np.ndarray) -> np.ndarray:
     return bound
 
 
-@njit(inline="always")
+@leaf
 def _out_of_reach(n: int, floor: np.ndarray, residual: np.ndarray, witness: np.ndarray,
                   bound: np.ndarray) -> bool:  # fmt: skip
     """Whether framework n, not fresh, needs more of some resource than any agent near has

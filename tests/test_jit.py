@@ -10,6 +10,8 @@ import textwrap
 from pathlib import Path
 
 import numba as nb
+import numpy as np
+import pytest
 
 from allocator import jit
 
@@ -123,3 +125,22 @@ def test_numbas_own_cache_would_serve_the_stale_callee(tmp_path):
         "import numba\n\ndef njit(f):\n    return numba.njit(cache=True)(f)\n"
     )
     assert _run_twice(tmp_path / "plain", "plain_jit") == ["1", "1"]
+
+
+def _fill_and_double(a, i):  # type: ignore[no-untyped-def]
+    a[i] = 1.0
+    return a[i] * 2
+
+
+def _allocates(n):  # type: ignore[no-untyped-def]
+    return np.zeros(n)
+
+
+def test_a_leaf_kernel_writes_arrays_and_may_not_allocate():
+    """`leaf` drops numba's reference counting: an allocation there is a typing error,
+    not a leak or a crash at run time."""
+    a = np.zeros(3)
+    assert jit.leaf(_fill_and_double)(a, 1) == 2.0
+    assert a.tolist() == [0.0, 1.0, 0.0]
+    with pytest.raises(nb.core.errors.TypingError):
+        jit.leaf(_allocates)(3)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from allocator.jit import njit
+from allocator.jit import leaf, njit
 from allocator.model import fit_floor_of
 from allocator.policy import min_tree
 from allocator.policy.bestfit import DemandShape, demand_shape, fit_distance
@@ -59,7 +59,7 @@ COMPILED = True
 _BLOCK = 1024
 
 
-@njit
+@leaf
 def _agent_shapes(
     residual: np.ndarray,
     total: np.ndarray,
@@ -91,7 +91,7 @@ TREE_FROM, TREE_OF, TREE_FEASIBLE = 0, 1, 2
 TREE_MIN = 256
 
 
-@njit(inline="always")
+@leaf
 def _distance_at(i: int, eligible: np.ndarray, floor: np.ndarray, residual: np.ndarray,
                  shape: np.ndarray, empty: np.ndarray, resources: np.ndarray,
                  terms: np.ndarray) -> tuple[bool, float]:  # fmt: skip
