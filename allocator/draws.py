@@ -23,10 +23,17 @@ _LOW32 = 0xFFFFFFFF
 def below(rng: np.random.Generator, k: int) -> int:
     """`rng.integers(0, k)` for k >= 1, as numba draws it in a kernel (NumPy's draw up to
     2**32): the same value and the same generator state after."""
-    if k <= 1:
-        return 0  # NumPy draws nothing for a range of one value
     if k - 1 >= _LOW32:
         return rng.integers(0, k)
+    return below32(rng, k)
+
+
+@njit(inline="always")
+def below32(rng: np.random.Generator, k: int) -> int:
+    """`below` for 1 <= k <= 2**32 (a count of items held in memory), which allocates
+    nothing: a `jit.leaf` kernel may draw with it."""
+    if k <= 1:
+        return 0  # NumPy draws nothing for a range of one value
     span = uint64(k)
     m = uint64(next_uint32(rng.bit_generator)) * span
     leftover = m & uint64(_LOW32)

@@ -84,6 +84,7 @@ def _fill(members: np.ndarray, active: np.ndarray, wanting: np.ndarray, runnable
     made = 0
     resources = np.empty(n_r, dtype=np.int64)
     terms = np.empty(n_r)
+    bound = np.empty(n_r)  # `pick_into`'s scratch
     kept = -1  # the framework whose H `distance` holds, one grant (at `last`) ago
     last = -1
     status = FULL
@@ -107,8 +108,8 @@ def _fill(members: np.ndarray, active: np.ndarray, wanting: np.ndarray, runnable
         if not finite:
             status = STEPWISE
             break
-        framework = pick_ties.pick(candidates, n_roles, active, eligible, floor, residual,
-                                   witness, fresh, near, rng)  # fmt: skip
+        framework = pick_ties.pick_into(candidates, n_roles, active, eligible, floor,
+                                        residual, witness, fresh, near, rng, bound)  # fmt: skip
         if framework < 0:
             status = DONE
             break

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from allocator.draws import below
+from allocator.draws import below32
 from allocator.engine_columns import _fits_somewhere
 from allocator.jit import leaf, njit
 from allocator.policy.ties import RELATIVE_TIE
@@ -243,13 +243,24 @@ def pick(kept, n_roles: int, active: np.ndarray, eligible: np.ndarray, floor: np
          rng: np.random.Generator) -> int:  # type: ignore[no-untyped-def]  # fmt: skip
     """`_pick_loop`'s pick among the kept candidates, retiring (`active`, and here) each
     picked one that fits nowhere; -1 when none is left."""
+    return pick_into(kept, n_roles, active, eligible, floor, residual, witness, fresh, near,
+                     rng, np.empty(residual.shape[1]))  # fmt: skip
+
+
+@leaf
+def pick_into(kept, n_roles: int, active: np.ndarray, eligible: np.ndarray, floor: np.ndarray,
+              residual: np.ndarray, witness: np.ndarray, fresh: np.ndarray, near: np.ndarray,
+              rng: np.random.Generator,
+              bound: np.ndarray) -> int:  # type: ignore[no-untyped-def]  # fmt: skip
+    """`pick` with a scratch (R,) array `bound`: it allocates nothing, so a fill's loop
+    retires a framework without counting references to the 25 arrays it unpacks."""
     # Unpacked once: the helpers take arrays, not the tuples (each unpacking costs).
     live, _, _, _, left, frameworks, roles = kept
     f_start, f_keys, f_order, f_low, f_admit, f_gone, f_admitted, f_bit, f_tied, f_seg = (
         frameworks
     )
     r_start, r_keys, r_order, r_low, r_admit, r_gone, r_admitted, r_bit, r_tied, r_seg = roles
-    bound = _most_free(residual, near)
+    _most_free(residual, near, bound)
     while True:
         b = 0
         if n_roles > 0:
@@ -258,14 +269,14 @@ def pick(kept, n_roles: int, active: np.ndarray, eligible: np.ndarray, floor: np
             if k == 0:
                 return -1
             b = _select(r_start, r_order, r_low, r_bit, 0, k,
-                        0 if k == 1 else below(rng, k))  # fmt: skip
+                        0 if k == 1 else below32(rng, k))  # fmt: skip
         elif left.shape[0] == 0:
             return -1
         k = _count(f_start, f_keys, f_order, f_low, f_admit, f_gone, f_admitted, f_bit, f_tied,
                    b)  # fmt: skip
         if k == 0:
             return -1  # no roles, and no candidate is left
-        j = _select(f_start, f_order, f_low, f_bit, b, k, 0 if k == 1 else below(rng, k))
+        j = _select(f_start, f_order, f_low, f_bit, b, k, 0 if k == 1 else below32(rng, k))
         framework = live[j]
         reach = fresh[framework] or not _out_of_reach(framework, floor, residual, witness,
                                                       bound)  # fmt: skip
@@ -280,14 +291,14 @@ def pick(kept, n_roles: int, active: np.ndarray, eligible: np.ndarray, floor: np
 
 
 @njit(inline="always")
-def _most_free(residual: np.ndarray, near: np.ndarray) -> np.ndarray:
-    """The most of each resource free at any agent `near` (-inf where there is none)."""
-    bound = np.full(residual.shape[1], -np.inf)
+def _most_free(residual: np.ndarray, near: np.ndarray, bound: np.ndarray) -> None:
+    """bound[r] = the most of resource r free at any agent `near` (-inf where there is
+    none)."""
+    bound[:] = -np.inf
     for i in near:
         for r in range(residual.shape[1]):
             if residual[i, r] > bound[r]:
                 bound[r] = residual[i, r]
-    return bound
 
 
 @leaf

@@ -104,7 +104,13 @@ def _run_twice(tmp_path: Path, module: str) -> list[str]:
             text=True,
             timeout=120,
             check=True,
-            env={"PYTHONPATH": f"{tmp_path}:{checkout}", "HOME": str(tmp_path)},
+            # No .pyc: the two callees have the same size and may have the same mtime
+            # second, and Python would load the first one's bytecode for the second.
+            env={
+                "PYTHONPATH": f"{tmp_path}:{checkout}",
+                "HOME": str(tmp_path),
+                "PYTHONDONTWRITEBYTECODE": "1",
+            },
         )
         answers.append(done.stdout.strip())
     return answers
