@@ -1104,26 +1104,15 @@ class Engine:
         # In grant order, as one grant after another adds them.
         np.add.at(self._count, frameworks, tasks)
         np.add.at(self._used, agents, tasks[:, None] * self._demand[frameworks])
-        placed, hosted, held = self._placed, self._hosted, self._held
         out = []
         for n, i, t, c in zip(slots, agents.tolist(), counts, positions, strict=True):
             f, a = framework_names[n], agent_names[i]
-            if t > 0:  # x_{n,i} in both maps, as `_set_tasks` writes it
-                on = placed.get(n)
-                if on is None:
-                    on = placed[n] = {}
-                x = on[i] = on.get(i, 0) + t
-                at = hosted.get(i)
-                if at is None:
-                    at = hosted[i] = {}
-                at[n] = x
-            else:  # an oblivious offer of which no whole task fitted
-                self._set_tasks(n, i, placed.get(n, {}).get(i, 0))
+            self._set_tasks(n, i, self._placed.get(n, {}).get(i, 0) + t)
             if oblivious:
                 # The tenant keeps whole tasks and declines the rest of the offer; from now
                 # on the allocator knows its demand from what it launched.
                 self._known[n] = self.frameworks[f].demand
                 self._decline(f, a, state.withheld[c], now)
-            out.append(EngineGrant(f, a, t, dict(held[n])))
+            out.append(EngineGrant(f, a, t, dict(self._held[n])))
         self.grants_total += len(out)
         return out
