@@ -223,9 +223,8 @@ def fill(selector: ColumnsFirst, max_grants: int | None) -> list[Grant]:
             role_values, role_alloc, cluster.weight, role_weight, cluster.eligible,
             selector._floor, state.fit_demand, state.known_demand, state.tol, cluster.total,
             state.residual, state.alloc, state.changed_at, selector._witness, fresh, near,
-            scan.shape, scan.empty, scan.built, scan.distance, scan.tied, scan.tree, scan.kept,
-            ints, out_f, out_a,
-            selector.rng,
+            scan.shape, scan.empty, scan.built, scan.distance, scan.tied, scan.tree,
+            scan.tree_kept, ints, out_f, out_a, selector.rng,
         )  # fmt: skip
         made = int(ints[1])
         state.changes = int(ints[0])

@@ -222,7 +222,7 @@ def _tree_used(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     def best(self, framework):
         agent = real_best(self, framework)
-        used[0] += int(self.kept[bestfit_index.TREE_OF] > 0)
+        used[0] += int(self.tree_kept[bestfit_index.TREE_OF] > 0)
         return agent
 
     monkeypatch.setattr(bestfit_index.CompiledScan, "best", best)

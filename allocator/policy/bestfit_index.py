@@ -83,7 +83,7 @@ def _agent_shapes(
         empty[i] = is_empty
 
 
-#: `CompiledScan.kept`: the scans over this many agents or more keep a min tree of H for
+#: `CompiledScan.tree_kept`: the scans over this many agents or more keep a min tree of H for
 #: the lookups after a grant (`TREE_FROM`), and for how many positions the tree holds the
 #: kept H, plus one (0: it does not; `TREE_OF`), and how many of them are feasible.
 TREE_FROM, TREE_OF, TREE_FEASIBLE = 0, 1, 2
@@ -118,12 +118,12 @@ def _rescan_one(eligible: np.ndarray, floor: np.ndarray, residual: np.ndarray,
                 shape: np.ndarray, empty: np.ndarray, resources: np.ndarray,
                 terms: np.ndarray, distance: np.ndarray, tied: np.ndarray, agents: np.ndarray,
                 every: bool, only: int, n_scan: int, tree: np.ndarray,
-                kept: np.ndarray) -> int:  # fmt: skip
+                tree_kept: np.ndarray) -> int:  # fmt: skip
     """`_scan_kernel` after a grant at `only`, on the min tree of the kept H: the same
     distances written, the same answer."""
-    if kept[TREE_OF] != n_scan + 1:
-        kept[TREE_FEASIBLE] = min_tree.build(tree, distance, agents, every, n_scan)
-        kept[TREE_OF] = n_scan + 1
+    if tree_kept[TREE_OF] != n_scan + 1:
+        tree_kept[TREE_FEASIBLE] = min_tree.build(tree, distance, agents, every, n_scan)
+        tree_kept[TREE_OF] = n_scan + 1
     at = only
     if not every:  # `only` counts only where it is scanned
         at = np.searchsorted(agents, only)
@@ -133,12 +133,12 @@ def _rescan_one(eligible: np.ndarray, floor: np.ndarray, residual: np.ndarray,
         was = not np.isnan(distance[only])
         ok, h = _distance_at(only, eligible, floor, residual, shape, empty, resources, terms)
         distance[only] = h
-        kept[TREE_FEASIBLE] += int(ok) - int(was)
+        tree_kept[TREE_FEASIBLE] += int(ok) - int(was)
         if ok and np.isnan(h):  # undefined: the caller decides, and keeps nothing
-            kept[TREE_OF] = 0
+            tree_kept[TREE_OF] = 0
             return -2
         min_tree.update(tree, n_scan, at, h)
-    if kept[TREE_FEASIBLE] == 0:
+    if tree_kept[TREE_FEASIBLE] == 0:
         return -1
     low = tree[1]
     if not np.isfinite(low):
@@ -262,7 +262,7 @@ class CompiledScan:
         #: A min tree over `distance` for the lookups after a grant (`_rescan_one`), and
         #: what it holds (`TREE_FROM`, `TREE_OF`, `TREE_FEASIBLE`).
         self.tree = np.empty(2 * min_tree.leaves(n_a))
-        self.kept = np.array([TREE_MIN, 0, 0], dtype=np.int64)
+        self.tree_kept = np.array([TREE_MIN, 0, 0], dtype=np.int64)
         #: The agents' halves of H for each reference resource that has them (`built`), as
         #: of write `seen`: shape[ref] (A, R) and empty[ref] (A,). Not zeroed: a lookup reads
         #: only what `_agent_shapes` wrote (shape[ref][:, r] for r != ref with C_r > 0).
@@ -346,7 +346,7 @@ class CompiledScan:
                 every,
                 only,
                 self.tree,
-                self.kept,
+                self.tree_kept,
             )
             self._kept = kept if k >= 1 else None
             if k == -2:
