@@ -230,7 +230,7 @@ def test_stop_fails_over_by_default_and_teardown_removes_the_framework(tmp_path:
 
         # `fairbroker teardown`: subscribes as that framework and tears it down
         config = ServeConfig(backend="mesos", master=master.address, state_dir=tmp_path / "b")
-        assert teardown_framework(config) == framework_id
+        assert teardown_framework(config) == (framework_id, False)
         wait_for(lambda: master.frameworks()[0].removed, 30, "the framework to be removed")
         assert len(master.calls("TEARDOWN")) == 1 and not id_file.exists()
         with pytest.raises(Exception, match="no Mesos framework id"):

@@ -29,6 +29,7 @@ from support.real_mesos import (
 from support.serving import stop_gracefully
 from support.spark import HOSTS_JOB, Driver, executor_processes
 
+from allocator.cli.teardown import SUBSCRIBE_TIMEOUT_S
 from allocator.scenarios.cluster_file import load_cluster_file
 
 pytestmark = pytest.mark.skipif(mesos_home() is None, reason=SKIP_REASON)
@@ -520,6 +521,15 @@ def test_teardown_reports_success_only_when_the_master_shows_the_framework_gone(
         assert done.returncode == 0, done.stderr
         assert framework_id not in [f["id"] for f in mesos.frameworks()]
         assert not id_file[0].exists()
+    # the master removed it for good: a framework id it refuses (a late TEARDOWN, a state
+    # directory restored from a backup) is reported gone, without waiting out the timeout
+    id_file[0].write_text(framework_id)
+    started = time.monotonic()
+    done = run_fairbroker("teardown", "--yes", "--master", mesos.address,
+                          "--state-dir", str(state))  # fmt: skip
+    assert done.returncode == 0 and "was already gone" in done.stderr, done.stderr
+    assert time.monotonic() - started < SUBSCRIBE_TIMEOUT_S, done.stderr
+    assert not id_file[0].exists()
 
 
 # ---- issue 23: no agent believed usable without an offer held ---------------------------

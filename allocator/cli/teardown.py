@@ -5,13 +5,15 @@ subscribes as that framework (its id from the state directory), which makes the 
 the framework over to this connection, and sends TEARDOWN: the master kills every task and
 forgets the framework; once the master shows it gone, the saved id is removed so the next
 `serve` registers anew. A teardown the master does not confirm (another scheduler holds the
-subscription, the master is unreachable) fails with the id kept.
+subscription, the master is unreachable) fails with the id kept. A framework the master
+already removed (an earlier TEARDOWN that landed late, or its failover timeout passed) can
+no longer subscribe: when the master lists it as completed, its id is forgotten as well.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
@@ -27,8 +29,13 @@ class _NoEvents:
         return lambda *args, **kw: None
 
 
-def teardown_framework(config: Any, timeout: float = SUBSCRIBE_TIMEOUT_S) -> str:
-    """Tear down the framework whose id is in `config.state_dir`; returns that id."""
+class Teardown(NamedTuple):
+    framework_id: str
+    already_gone: bool  # the master had removed it before this teardown subscribed
+
+
+def teardown_framework(config: Any, timeout: float = SUBSCRIBE_TIMEOUT_S) -> Teardown:
+    """Tear down the framework whose id is in `config.state_dir`."""
     from allocator.backends.mesos import MesosBackend, MesosOptions
 
     options = MesosOptions(
@@ -44,11 +51,20 @@ def teardown_framework(config: Any, timeout: float = SUBSCRIBE_TIMEOUT_S) -> str
             f"state_dir: no Mesos framework id in {config.state_dir} (nothing to tear down)"
         )
     backend.start(_NoEvents())
+    subscription = backend.subscription
     deadline = time.monotonic() + timeout
-    while not backend.link.state().connected and time.monotonic() < deadline:
+    gone = False
+    while not backend.link.state().connected and time.monotonic() < deadline and not gone:
+        if subscription.refusal is not None:  # refused: removed already, or not (yet) ours
+            subscription.refusal = None
+            gone = subscription.completed_at_master()
         time.sleep(0.1)
     if not backend.link.state().connected:
+        gone = gone or subscription.completed_at_master()
         backend.stop(kill_executors=False)
+        if gone:
+            subscription.id_file.forget()
+            return Teardown(framework_id, already_gone=True)
         raise FairbrokerError(
             f"master: could not subscribe to {config.master} as framework {framework_id} "
             f"within {timeout:.0f} s"
@@ -60,7 +76,7 @@ def teardown_framework(config: Any, timeout: float = SUBSCRIBE_TIMEOUT_S) -> str
             f"{framework_id} (is a broker still subscribed as it? stop it first); its tasks "
             f"may still run, and the id is kept in {config.state_dir} to retry"
         )
-    return framework_id
+    return Teardown(framework_id, already_gone=False)
 
 
 @click.command()
@@ -89,5 +105,11 @@ def teardown(config_file: str | None, master: str | None, state_dir: str | None,
             f"Kill every task of the framework in {config.state_dir} on {config.master}?",
             abort=True, err=True,
         )  # fmt: skip
-    framework_id = teardown_framework(config)
-    click.echo(f"fairbroker: framework {framework_id} torn down", err=True)
+    done = teardown_framework(config)
+    if done.already_gone:
+        click.echo(
+            f"fairbroker: framework {done.framework_id} was already gone (the master lists it "
+            f"as completed); its saved id is forgotten", err=True,
+        )  # fmt: skip
+    else:
+        click.echo(f"fairbroker: framework {done.framework_id} torn down", err=True)

@@ -315,6 +315,7 @@ class MesosBackend:
     @_guarded
     def error(self, driver: Any, message: str) -> None:
         log.error("Mesos master error: %s", message)
+        self.subscription.refused(message)
 
     @_guarded
     def executorLost(self, driver: Any, executor_id: dict, agent_id: dict, status: Any) -> None:

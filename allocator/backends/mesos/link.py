@@ -164,6 +164,7 @@ class Subscription:
         self.has_agents: bool | None = None  # does the master have agents (None: unknown)
         self.next_look = 0.0  # when to read the master's agent list next
         self.last_heartbeat = clock()
+        self.refusal: str | None = None  # the master's last ERROR event, until looked at
         self.id_file = FrameworkIdFile(options.state_dir)
         self.framework_id: str | None = self.id_file.load()
 
@@ -266,37 +267,47 @@ class Subscription:
             self.next_look = now + self.options.agents_look_seconds
         return look
 
+    def _master_json(self, master: str | None, endpoint: str, timeout: float = 10) -> Any:
+        """The answer of the master's `endpoint` (e.g. `/master/state`); None when unknown."""
+        if not master:
+            return None
+        try:
+            answer = requests.get(
+                f"http://{master}{endpoint}", timeout=timeout, auth=self.options.http_auth
+            )
+            answer.raise_for_status()
+            return answer.json()
+        except (requests.RequestException, ValueError) as error:
+            log.warning("cannot read the Mesos master's %s: %s", endpoint, error)
+            return None
+
     def master_agents(self) -> list[dict] | None:
         """The leading master's agents (`/master/slaves`); None when unknown. A master
         restarted without its registry (no ZooKeeper, in-memory registry) has none."""
-        master = getattr(self.driver, "master", None)
-        if not master:
-            return None
-        try:
-            answer = requests.get(
-                f"http://{master}/master/slaves", timeout=10, auth=self.options.http_auth
-            )
-            answer.raise_for_status()
-            return answer.json().get("slaves", [])
-        except (requests.RequestException, ValueError) as error:
-            log.warning("cannot read the Mesos master's agents: %s", error)
-            return None
+        answer = self._master_json(getattr(self.driver, "master", None), "/master/slaves")
+        return answer.get("slaves", []) if isinstance(answer, dict) else None
 
     def master_flags(self) -> dict | None:
         """The leading master's flags (`/master/flags`); None when unknown."""
-        master = getattr(self.driver, "master", None)
-        if not master:
-            return None
-        try:
-            answer = requests.get(
-                f"http://{master}/master/flags", timeout=10, auth=self.options.http_auth
-            )
-            answer.raise_for_status()
-            flags = answer.json().get("flags", {})
-            return flags if isinstance(flags, dict) else None
-        except (requests.RequestException, ValueError) as error:
-            log.warning("cannot read the Mesos master's flags: %s", error)
-            return None
+        answer = self._master_json(getattr(self.driver, "master", None), "/master/flags")
+        flags = answer.get("flags") if isinstance(answer, dict) else None
+        return flags if isinstance(flags, dict) else None
+
+    def refused(self, message: str) -> None:
+        """An ERROR event: the master refused the subscription (e.g. a framework it removed
+        cannot subscribe again; pymesos retries regardless)."""
+        self.refusal = message
+
+    def completed_at_master(self) -> bool:
+        """The master lists this framework among its completed ones (torn down, or removed
+        once its failover timeout passed) and not among the live ones: it is gone for good.
+        False when the master cannot say (unreachable, or restarted without that history)."""
+        state = self._master_json(getattr(self.driver, "master", None), "/master/state")
+        if not isinstance(state, dict) or self.framework_id is None:
+            return False
+        ids = {key: {f.get("id") for f in state.get(key, [])}
+               for key in ("frameworks", "completed_frameworks")}  # fmt: skip
+        return self.framework_id in ids["completed_frameworks"] - ids["frameworks"]
 
     def health(self, unconfirmed: int) -> dict[str, object]:
         """The broker's /healthz answer: the link's, and unhealthy also while the master
@@ -349,16 +360,10 @@ class Subscription:
             return False
         deadline = time.monotonic() + TEARDOWN_CONFIRM_S
         while True:
-            try:
-                answer = requests.get(
-                    f"http://{master}/master/state", timeout=5, auth=self.options.http_auth
-                )
-                answer.raise_for_status()
-                live = {f.get("id") for f in answer.json().get("frameworks", [])}
-                if framework_id not in live:
-                    return True
-            except (requests.RequestException, ValueError) as error:
-                log.warning("cannot confirm the teardown with the Mesos master: %s", error)
+            state = self._master_json(master, "/master/state", timeout=5)
+            live = state.get("frameworks", []) if isinstance(state, dict) else None
+            if live is not None and framework_id not in {f.get("id") for f in live}:
+                return True
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.5)
