@@ -312,9 +312,12 @@ class RealMesos:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(STOP_TIMEOUT_S)
-        # bounded: whatever an agent was starting as it stopped is caught here too
+        # bounded: whatever an agent was starting as it stopped is caught here too, under the
+        # whole work dir: a task's `mesos-containerizer launch` forked by its agent has the
+        # agent's working directory (this one) until it enters its sandbox, and no path in
+        # its command line (one outlived a test so, stopped, after a KILL with a grace)
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        while (left := processes_under(self.work_dir / "agents")) and time.monotonic() < deadline:
+        while (left := processes_under(self.work_dir)) and time.monotonic() < deadline:
             self._kill_groups(left)
             for pid in left:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
