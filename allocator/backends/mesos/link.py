@@ -298,15 +298,22 @@ class Subscription:
         cannot subscribe again; pymesos retries regardless)."""
         self.refusal = message
 
+    def _framework_ids(self, master: str | None, timeout: float = 10) -> dict[str, set] | None:
+        """The ids of the master's live ("frameworks") and "completed_frameworks"
+        (`/master/state`); None when unknown."""
+        state = self._master_json(master, "/master/state", timeout)
+        if not isinstance(state, dict):
+            return None
+        return {key: {f.get("id") for f in state.get(key, [])}
+                for key in ("frameworks", "completed_frameworks")}  # fmt: skip
+
     def completed_at_master(self) -> bool:
         """The master lists this framework among its completed ones (torn down, or removed
         once its failover timeout passed) and not among the live ones: it is gone for good.
         False when the master cannot say (unreachable, or restarted without that history)."""
-        state = self._master_json(getattr(self.driver, "master", None), "/master/state")
-        if not isinstance(state, dict) or self.framework_id is None:
+        ids = self._framework_ids(getattr(self.driver, "master", None))
+        if ids is None or self.framework_id is None:
             return False
-        ids = {key: {f.get("id") for f in state.get(key, [])}
-               for key in ("frameworks", "completed_frameworks")}  # fmt: skip
         return self.framework_id in ids["completed_frameworks"] - ids["frameworks"]
 
     def health(self, unconfirmed: int) -> dict[str, object]:
@@ -360,9 +367,8 @@ class Subscription:
             return False
         deadline = time.monotonic() + TEARDOWN_CONFIRM_S
         while True:
-            state = self._master_json(master, "/master/state", timeout=5)
-            live = state.get("frameworks", []) if isinstance(state, dict) else None
-            if live is not None and framework_id not in {f.get("id") for f in live}:
+            ids = self._framework_ids(master, timeout=5)
+            if ids is not None and framework_id not in ids["frameworks"]:
                 return True
             if time.monotonic() >= deadline:
                 return False
