@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 from support.broker import AGENTS, PI, RecordingBackend, request
 from support.mesos import RecordingDriver, offer, tenant
+from support.sandbox import needs_bwrap, spark_home
 
 from allocator.backends.base import ExecutorState
 from allocator.backends.local import MARKER, LocalCluster
 from allocator.backends.mesos import MesosBackend, MesosOptions
+from allocator.backends.sandbox import SandboxConfig, SandboxMode
 from allocator.broker import core, tenants
 from allocator.broker.core import Broker
 from allocator.broker.faults import FAULT_ENV
@@ -391,3 +393,61 @@ def test_the_local_backend_reports_a_kill_only_once_the_process_has_exited(
         assert cluster.pids() == {}
     finally:
         cluster.stop()
+
+
+def _marked_anywhere(workdir: Path) -> set[int]:
+    """Every running process (group leader or not) carrying this workdir's marker."""
+    found = set()
+    prefix, suffix = f"{MARKER}=".encode(), f"/{workdir.resolve()}".encode()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(item.startswith(prefix) and item.endswith(suffix) for item in environ):
+            found.add(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("sandbox", ["none", pytest.param("bwrap", marks=needs_bwrap)])
+@pytest.mark.parametrize("ending", ["broker stops", "executor exits"])
+def test_a_worker_that_outlives_its_executor_is_not_orphaned(
+    sandbox_base: Path, monkeypatch: pytest.MonkeyPatch, ending: str, sandbox: SandboxMode
+) -> None:
+    """The executor's leader dies (of the SIGTERM at stop, or by itself) while a process in
+    its group ignores SIGTERM, as a Python worker of a dying JVM may: once the cluster stops
+    or reports the exit, nothing carrying the executor's marker runs (without cgroups, which
+    would end it anyway)."""
+    from allocator.backends import local
+    from allocator.backends.base import LaunchSpec
+
+    monkeypatch.setattr(local, "KILL_GRACE_SECONDS", 1.0)
+    home = spark_home(
+        sandbox_base,
+        '#!/bin/bash\n(trap "" TERM; touch "$PWD/worker"; exec sleep 120) &\n'
+        'while [ ! -e "$PWD/worker" ]; do sleep 0.01; done\n'
+        + ("exec sleep 120\n" if ending == "broker stops" else "sleep 0.3\nexit 3\n"),
+    )
+    workdir = sandbox_base / "agents"
+    config = SandboxConfig(mode=sandbox, state_dir=sandbox_base / "state", cgroups=False)
+    cluster = LocalCluster([AGENTS[0]], workdir, home, sandbox=config)
+    events = _Statuses()
+    cluster.start(events)
+    try:
+        spec = LaunchSpec(
+            tenant_id="t", executor_id="1", agent=AGENTS[0].name, resources=dict(PI),
+            driver_url="spark://CoarseGrainedScheduler@127.0.0.1:4000", app_id="app-t",
+            cores=2, heap_mib=640,
+        )  # fmt: skip
+        cluster.launch(spec)
+        worker = workdir / AGENTS[0].name / "t" / "executor-1" / "worker"
+        wait_until(worker.exists)
+        assert len(_marked_anywhere(workdir)) >= 2  # the leader and its worker
+        if ending == "executor exits":
+            wait_until(lambda: any(s[2] is ExecutorState.FAILED for s in events.seen))
+            assert _marked_anywhere(workdir) == set()
+    finally:
+        cluster.stop()
+    assert _marked_anywhere(workdir) == set()

@@ -117,6 +117,38 @@ def _group_members(pgid: int) -> list[int]:
     return out
 
 
+def _still_running(pgid: int, marker: bytes) -> list[int]:
+    """Processes of group `pgid` that carry this executor's `marker` environment item
+    (a zombie's environment reads empty; a reused pid carries no marker)."""
+    out = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) != pgid:
+                continue
+            environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker in environ:
+            out.append(int(entry.name))
+    return out
+
+
+def _end_group(pgid: int, marker: bytes, timeout: float) -> bool:
+    """SIGKILL what is left of an executor's process group once its leader is gone (a
+    Python worker that ignored SIGTERM outlives its JVM); True once none of it runs."""
+    deadline = time.monotonic() + timeout
+    while pids := _still_running(pgid, marker):
+        if time.monotonic() >= deadline:
+            return False
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+    return True
+
+
 def _pid_is(pid: int, spec: LaunchSpec) -> bool:
     """Is `pid` alive and still this executor (pids are reused)?"""
     try:
@@ -227,7 +259,7 @@ class LocalCluster:
                 # directory, not a /tmp that other tenants' executors can read.
                 "SPARK_LOCAL_DIRS": str(directory),
                 "SPARK_HOME": str(self.home),
-                MARKER: f"{spec.tenant_id}/{spec.executor_id}/{self.workdir.resolve()}",
+                MARKER: self._marker(spec),
                 **self.sandbox.environment(directory),
             },
         )
@@ -329,6 +361,15 @@ class LocalCluster:
                     os.killpg(pid, signal.SIGKILL)
         self._found = None
 
+    def _marker(self, spec: LaunchSpec) -> str:
+        """The environment value that tells this cluster's executor processes apart."""
+        return f"{spec.tenant_id}/{spec.executor_id}/{self.workdir.resolve()}"
+
+    def _end_group(self, proc: _Process, timeout: float) -> None:
+        marker = f"{MARKER}={self._marker(proc.spec)}".encode()
+        if not _end_group(proc.pid, marker, timeout):
+            log.warning("processes of executor group %d outlived SIGKILL", proc.pid)
+
     def _marked(self) -> dict[tuple[str, str], int]:
         """Process-group leaders on this host carrying this cluster's marker (read once per
         recovery from /proc; processes of other users are not readable and not ours)."""
@@ -374,6 +415,7 @@ class LocalCluster:
                     proc.popen.wait(timeout=2)
                 except subprocess.TimeoutExpired:
                     log.warning("executor pid %d did not exit", proc.pid)
+            self._end_group(proc, timeout=2)
             if proc.cgroup is not None:
                 proc.cgroup.remove()
         if self._cgroups is not None:
@@ -434,6 +476,7 @@ class LocalCluster:
                     state, message = ExecutorState.FAILED, "exited (adopted; exit code unknown)"
                 else:
                     state, message = ExecutorState.FAILED, f"exited with code {code}"
+                self._end_group(proc, timeout=0.5)
                 if proc.cgroup is not None:
                     if proc.cgroup.oom_kills() and state is ExecutorState.FAILED:
                         mem = proc.spec.resources.get("mem", proc.spec.heap_mib)
