@@ -155,8 +155,8 @@ def test_health_metrics_and_status_follow_the_master(tmp_path: Path) -> None:
             agents = service.broker.allocation().agents
             return agents[0] if agents else None
 
-        try:
-            master.wait_for(lambda: agent() is not None, timeout=5)
+        try:  # an offer, not only the agent (the master's agent list names it too)
+            master.wait_for(lambda: agent() is not None and agent().last_offered, timeout=5)
         except TimeoutError:
             # the broker suppressed offers before the first one came (nothing pending): a
             # re-subscription resets that at the master, and the offer arrives
