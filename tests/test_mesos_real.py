@@ -401,8 +401,9 @@ def test_two_tenants_are_placed_where_rpsdsf_packs_them(tmp_path: Path, mesos: R
 # ---- master fail-over through ZooKeeper ------------------------------------------------
 
 
-def serve_cli(master: str, state: Path, spark: str, ports: dict[str, int], log: Path):
-    """`fairbroker serve --backend mesos` as a subprocess (stopped by the caller, by pid)."""
+def serve_cli(master: str, state: Path, spark: str, ports: dict[str, int], log: Path, *extra: str):
+    """`fairbroker serve --backend mesos` (+ `extra` options) as a subprocess (stopped by
+    the caller, by pid)."""
     import subprocess
     import sys
 
@@ -412,6 +413,7 @@ def serve_cli(master: str, state: Path, spark: str, ports: dict[str, int], log: 
         "--spark-home", spark, "--port", str(ports["http"]),
         "--grpc-port", str(ports["grpc"]), "--metrics-port", "0", "--lease", "600",
         "--scheduler", "drf", "--allow-root",  # (CI runs as root; the agents do not switch)
+        *extra,
     ], stdout=subprocess.DEVNULL, stderr=log.open("ab"), start_new_session=True)  # fmt: skip
 
 
@@ -530,6 +532,57 @@ def test_teardown_reports_success_only_when_the_master_shows_the_framework_gone(
     assert done.returncode == 0 and "was already gone" in done.stderr, done.stderr
     assert time.monotonic() - started < SUBSCRIBE_TIMEOUT_S, done.stderr
     assert not id_file[0].exists()
+
+
+def test_a_broker_whose_framework_the_master_removed_registers_anew(
+    tmp_path: Path, mesos: RealMesos
+) -> None:
+    """The broker is down longer than its failover timeout: the master removes its framework,
+    kills its tasks and refuses that id for ever. Started again on the same state directory,
+    the broker registers as a new framework (its id saved in place of the old one) and its
+    tenant's executors run again, under the new framework, as many as before."""
+    import os
+    import signal
+
+    from allocator.broker.client import BrokerClient
+    from allocator.broker.proto import pb
+
+    state, ports = tmp_path / "state", {"http": free_port(), "grpc": free_port()}
+    spark, log = str(sleeping_spark(tmp_path)), tmp_path / "serve.log"
+    id_file = state / "mesos-framework-id"
+    first = serve_cli(mesos.address, state, spark, ports, log, "--failover-timeout", "1")
+    try:
+        wait_for(lambda: broker_health(ports["http"])[0] == 200, 60, "the broker to subscribe")
+        client = BrokerClient(f"127.0.0.1:{ports['grpc']}")
+        client.register(pb.RegisterRequest(
+            tenant_id="t", demand={"cpus": 2, "mem": 1024}, target=2,
+            launch=pb.ExecutorLaunch(driver_url="spark://CoarseGrainedScheduler@127.0.0.1:9",
+                                     app_id="t", cores=2, heap_mib=640),
+        ))  # fmt: skip
+        wait_for(lambda: len(mesos.tasks("TASK_RUNNING")) == 2, 60, "two tasks running")
+        (old,) = [f["id"] for f in mesos.frameworks()]
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # no failover message: the timeout runs
+        first.wait(10)
+    completed = lambda: [f["id"] for f in mesos.state().get("completed_frameworks", [])]  # noqa: E731
+    wait_for(lambda: old in completed(), 60, "the master to remove the framework")
+    assert mesos.tasks("TASK_RUNNING") == []
+
+    second = serve_cli(mesos.address, state, spark, ports, log)
+    try:
+        wait_for(lambda: broker_health(ports["http"])[0] == 200, 60, "the broker to subscribe anew",
+                 context=lambda: log.read_text()[-2000:])  # fmt: skip
+        (new,) = [f["id"] for f in mesos.frameworks()]
+        assert new != old and id_file.read_text().strip() == new
+        running = lambda: [t for t in mesos.tasks("TASK_RUNNING") if t.framework_id == new]  # noqa: E731
+        wait_for(lambda: len(running()) == 2, 60, "the tenant's two executors under it")
+        wait_for(lambda: client.allocation().tenants[0].running == 2, 30, "the broker to see both")
+        text = log.read_text()
+        assert "registering as a new framework" in text
+        assert "resting it" not in text  # the master's removal is not the tenant's failure
+        assert text.count("Framework has been removed") <= 3, "each refusal logged"
+    finally:
+        stop_gracefully(second)
 
 
 # ---- issue 23: no agent believed usable without an offer held ---------------------------

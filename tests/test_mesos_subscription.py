@@ -121,6 +121,40 @@ def test_reconnecting_builds_a_new_driver_with_the_framework_id(tmp_path: Path) 
     assert not sub.heartbeats_missed()
 
 
+def test_a_refused_id_is_dropped_only_once_the_master_lists_it_completed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pymesos subscribes again at once after each refusal: the same refusal is logged and
+    the master asked about it at most every 10 s; only a framework the master lists among
+    its completed ones (not among its live ones) has its id forgotten, and the next driver
+    registers a new framework. (The real master's refusal: tests/test_mesos_real.py.)"""
+    sub, drivers, clock = subscription(tmp_path)
+    sub.connect()
+    sub.registered("fw-7")
+    asked: list[float] = []
+    listed = {"frameworks": {"fw-7"}, "completed_frameworks": {"fw-7"}}
+
+    def ids(master: object, timeout: float = 10) -> dict[str, set]:
+        asked.append(clock.now)
+        return listed
+
+    monkeypatch.setattr(sub, "_framework_ids", ids)
+    assert not sub.removed_for_good()  # no refusal: the master is not asked
+    assert sub.refused("Framework has been removed") and asked == []
+    assert not sub.refused("Framework has been removed")  # a repeat, not logged
+    assert not sub.removed_for_good()  # still live at the master (a failover under way)
+    clock.now += 9.0
+    sub.refused("Framework has been removed")
+    assert not sub.removed_for_good() and asked == [100.0]  # not asked again within 10 s
+    listed = {"frameworks": set(), "completed_frameworks": {"fw-7"}}
+    clock.now += 1.5
+    assert sub.refused("Framework has been removed")  # logged again after 10 s
+    assert sub.removed_for_good() and asked == [100.0, 110.5]
+    assert sub.framework_id is None and FrameworkIdFile(tmp_path).load() is None
+    sub.reconnect()
+    assert "id" not in drivers[-1].framework
+
+
 def test_a_reconnect_that_fails_waits_a_full_timeout_before_the_next(tmp_path: Path) -> None:
     def failing(*_: object) -> RecordingDriver:
         raise OSError("connection refused")

@@ -42,7 +42,7 @@ def teardown_framework(config: Any, timeout: float = SUBSCRIBE_TIMEOUT_S) -> Tea
         master=config.master, roles=config.roles, principal=config.principal,
         secret=config.read_mesos_secret(), failover_timeout=config.failover_timeout,
         framework_name=config.framework_name, user=config.task_user,
-        state_dir=config.state_dir,
+        state_dir=config.state_dir, register_anew_if_removed=False,
     )  # fmt: skip
     backend = MesosBackend(options)
     framework_id = backend.framework_id

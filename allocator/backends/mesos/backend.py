@@ -30,7 +30,7 @@ from allocator.backends.base import (
     TaskStatus,
 )
 from allocator.backends.mesos.driver import pymesos_driver
-from allocator.backends.mesos.link import Subscription, agent_silence_seconds
+from allocator.backends.mesos.link import REFUSAL_EVERY_S, Subscription, agent_silence_seconds
 from allocator.backends.mesos.offers import OfferBook, scalars
 from allocator.backends.mesos.options import AGENT_RETURN_MARGIN_S, ROLE_ATTRIBUTE, MesosOptions
 from allocator.backends.mesos.tasks import TERMINAL, TaskBook, task_id_of
@@ -314,8 +314,9 @@ class MesosBackend:
 
     @_guarded
     def error(self, driver: Any, message: str) -> None:
-        log.error("Mesos master error: %s", message)
-        self.subscription.refused(message)
+        if self.subscription.refused(message):
+            log.error("Mesos master error: %s (repeats not logged for %.0f s)", message,
+                      REFUSAL_EVERY_S)  # fmt: skip
 
     @_guarded
     def executorLost(self, driver: Any, executor_id: dict, agent_id: dict, status: Any) -> None:
@@ -408,9 +409,30 @@ class MesosBackend:
             self._give_up()
             if look:
                 self._look_at_agents()
+            if self.options.register_anew_if_removed and self.subscription.removed_for_good():
+                self._replace_removed_framework()
             if self.subscription.heartbeats_missed():
                 log.warning("no heartbeat from the Mesos master for %.0f s; reconnecting", limit)
                 self.subscription.reconnect()
+
+    def _replace_removed_framework(self) -> None:
+        """The master removed the framework and killed its tasks: each is reported failed
+        (replaced, without resting its tenant: not its failure), then a new framework
+        subscribes."""
+        with self._lock:
+            tasks = self.tasks.framework_removed()
+        for task in tasks:
+            if self._events is not None:
+                self._events.status(TaskStatus(
+                    task.spec.tenant_id, task.spec.executor_id, ExecutorState.FAILED,
+                    "its Mesos framework was removed by the master", launched=False,
+                ))  # fmt: skip
+        with self._lock:
+            for key in {task.agent_key for task in tasks}:
+                self.offers.report_capacity(key)
+        if tasks:
+            self._emit()
+        self.subscription.reconnect()
 
     def _look_at_agents(self) -> None:
         """Ask the leading master which agents it has: a master restarted without its

@@ -24,6 +24,10 @@ from allocator.errors import FairbrokerError
 log = logging.getLogger(__package__)
 DRIVER_STOP_S = 10.0  # at most this long for pymesos's I/O thread to finish (and TEARDOWN)
 TEARDOWN_CONFIRM_S = 15.0  # at most this long for the master to show the framework gone
+# A refused subscription: pymesos subscribes again at once, and a master that removed the
+# framework refuses hundreds of times a second. The same refusal is logged at most this
+# often, and the master asked at most this often whether it removed the framework.
+REFUSAL_EVERY_S = 10.0
 # /healthz says "not ready" while the broker's own tasks are unconfirmed after a
 # (re-)subscription, for at most this long: the master answers a RECONCILE at once for every
 # task it or a registered agent knows; reconciliation goes on afterwards (RECONCILE_MAX_S).
@@ -165,6 +169,8 @@ class Subscription:
         self.next_look = 0.0  # when to read the master's agent list next
         self.last_heartbeat = clock()
         self.refusal: str | None = None  # the master's last ERROR event, until looked at
+        self._refusal_logged: tuple[str, float] | None = None
+        self._removed_asked_at: float | None = None
         self.id_file = FrameworkIdFile(options.state_dir)
         self.framework_id: str | None = self.id_file.load()
 
@@ -293,10 +299,38 @@ class Subscription:
         flags = answer.get("flags") if isinstance(answer, dict) else None
         return flags if isinstance(flags, dict) else None
 
-    def refused(self, message: str) -> None:
+    def refused(self, message: str) -> bool:
         """An ERROR event: the master refused the subscription (e.g. a framework it removed
-        cannot subscribe again; pymesos retries regardless)."""
+        cannot subscribe again; pymesos retries regardless). Returns whether to log it: not
+        when the same refusal was logged less than REFUSAL_EVERY_S ago."""
         self.refusal = message
+        now = self._clock()
+        last = self._refusal_logged
+        if last is not None and last[0] == message and now - last[1] < REFUSAL_EVERY_S:
+            return False
+        self._refusal_logged = (message, now)
+        return True
+
+    def removed_for_good(self) -> bool:
+        """After a refusal (the master asked at most every REFUSAL_EVERY_S): whether the
+        master lists this framework as completed (torn down, or away longer than its failover
+        timeout, its tasks killed). Such an id can never subscribe again: it is forgotten, and
+        the next `connect` registers a new framework."""
+        now = self._clock()
+        asked = self._removed_asked_at
+        if self.refusal is None or (asked is not None and now - asked < REFUSAL_EVERY_S):
+            return False
+        self.refusal, self._removed_asked_at = None, now
+        if not self.completed_at_master():
+            return False
+        log.error(
+            "the Mesos master removed framework %s for good (torn down, or away longer than "
+            "its failover timeout; the master killed its tasks): registering as a new "
+            "framework", self.framework_id,
+        )  # fmt: skip
+        self.id_file.forget()
+        self.framework_id = None
+        return True
 
     def _framework_ids(self, master: str | None, timeout: float = 10) -> dict[str, set] | None:
         """The ids of the master's live ("frameworks") and "completed_frameworks"

@@ -51,6 +51,8 @@ class MesosOptions:
     agent_return_grace: float | None = None  # a task's agent unknown to the master (None:
     # from the master's ping flags, see AGENT_RETURN_MARGIN_S)
     state_dir: Path = Path(".fairbroker")
+    # a framework the master removed for good is replaced by a new one (not by a teardown)
+    register_anew_if_removed: bool = True
     executor_env: ExecutorEnvPolicy = field(default_factory=ExecutorEnvPolicy)
     extra: dict[str, Any] = field(default_factory=dict)
 

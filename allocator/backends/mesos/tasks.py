@@ -379,6 +379,17 @@ class TaskBook:
             out.append(task)
         return out
 
+    def framework_removed(self) -> list[Task]:
+        """The master removed the framework for good: it killed every task, and no call can
+        reach them any more. Everything about them is dropped; returns the broker's tasks."""
+        tasks = list(self.tasks.values())
+        for task_id in self.ledger.kills():
+            self.ledger.forget_kill(task_id)
+        self.tasks, self.pending, self.kills, self.unconfirmed = {}, {}, set(), set()
+        self.orphans, self.unwanted, self.awaiting, self.unclaimed = {}, {}, {}, {}
+        self.abandoned = set()
+        return tasks
+
     def finished(self, task_id: str) -> None:
         self.tasks.pop(task_id, None)
 
