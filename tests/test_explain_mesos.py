@@ -17,7 +17,7 @@ from support.broker import http, request
 from support.commands import run_fairbroker
 from support.mesos import mesos_broker, tenant
 from support.polling import wait_for
-from support.real_mesos import describe, processes_under
+from support.real_mesos import assert_none_left
 from support.standin import held, stand_in_spark
 
 # m5 holds two 2-cpu executors and 1 cpu more; m2 exactly one.
@@ -41,8 +41,7 @@ LEFT = re.compile(r", (\d+\.\d) s left$")
 def master(tmp_path: Path):
     with MesosMaster(AGENTS, allocation_interval=0.2, work_dir=tmp_path / "mesos") as running:
         yield running
-    left = processes_under(tmp_path / "mesos")
-    assert not left, f"executors outlived the test master: {describe(left)}"
+    assert_none_left(tmp_path / "mesos", "the test master")
 
 
 def explain_json(address: str, name: str) -> dict:

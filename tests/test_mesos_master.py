@@ -24,7 +24,7 @@ import pytest
 from mesos_master import AgentSpec, MesosMaster, SchedulerStream
 from mesos_master.wire import RecordIODecoder, encode_record
 from support.polling import wait_for
-from support.real_mesos import SKIP_REASON, RealMesos, describe, mesos_home, processes_under
+from support.real_mesos import SKIP_REASON, RealMesos, assert_none_left, mesos_home
 
 from allocator.backends.base import AgentInfo
 
@@ -60,8 +60,7 @@ def master(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MesosMast
                   for k, a in enumerate((A1, A2))]  # fmt: skip
         with RealMesos(agents, work_dir=tmp_path / "real", allocation_interval=0.1) as real:
             yield real  # type: ignore[misc]  (the same introspection, duck-typed)
-        left = processes_under(tmp_path / "real")
-        assert not left, f"processes outlived the real master: {describe(left)}"
+        assert_none_left(tmp_path / "real", "the real master")
         return
     with MesosMaster([A1, A2], allocation_interval=0.1, heartbeat_interval=0.3,
                      status_update_retry=0.5, seed=7) as m:  # fmt: skip

@@ -21,9 +21,8 @@ from support.real_mesos import (
     ZK_SKIP_REASON,
     RealMesos,
     ZooKeeper,
-    describe,
+    assert_none_left,
     mesos_home,
-    processes_under,
     zookeeper_available,
 )
 from support.serving import stop_gracefully
@@ -43,12 +42,7 @@ HOSTS = {a.hostname for a in AGENTS}
 def mesos(tmp_path: Path):
     with RealMesos(AGENTS, work_dir=tmp_path / "mesos", agent_ping_timeout=1) as running:
         yield running
-    # a task's `mesos-containerizer launch` may take a moment to exit after its agent stopped
-    # (seen 1 run in 3 after a KILL with a grace): a leak is what is still there after 10 s
-    deadline = time.monotonic() + 10
-    while (left := processes_under(tmp_path / "mesos")) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not left, f"processes outlived the real cluster: {describe(left)}"
+    assert_none_left(tmp_path / "mesos", "the real cluster")
 
 
 def assert_all_terminal(mesos: RealMesos) -> None:
@@ -485,8 +479,7 @@ def test_a_master_failover_through_zookeeper_mid_job(tmp_path: Path) -> None:
             stop_gracefully(broker)
         wait_for(lambda: all(t.state in TERMINAL for t in mesos.tasks()), 30,
                  "every Mesos task to reach a terminal state")  # fmt: skip
-    left = processes_under(tmp_path)
-    assert not left, f"processes outlived the test: {describe(left)}"
+    assert_none_left(tmp_path, "the test")
 
 
 def test_teardown_reports_success_only_when_the_master_shows_the_framework_gone(

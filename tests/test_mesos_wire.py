@@ -479,7 +479,7 @@ def test_every_call_the_broker_makes_is_well_formed_and_taken_by_a_real_master(
     calls recorded as pymesos sends them: every body has the proto shape, the real master
     answers none with an error, and no launch is lost or repeated."""
     from support.polling import wait_for
-    from support.real_mesos import SKIP_REASON, RealMesos, describe, mesos_home, processes_under
+    from support.real_mesos import SKIP_REASON, RealMesos, assert_none_left, mesos_home
 
     from allocator.backends.base import AgentInfo
 
@@ -506,8 +506,7 @@ def test_every_call_the_broker_makes_is_well_formed_and_taken_by_a_real_master(
             wait_for(lambda: state_of("pi.2") == "TASK_KILLED", 60, "the killed task pi.2")
             wait_for(lambda: len(running()) == 2, 60, "the replacement of the killed task")
         wait_for(lambda: any(c[0] == "TEARDOWN" for c in calls), 30, "the teardown")
-    left = processes_under(tmp_path / "real")
-    assert not left, f"processes outlived the real master: {describe(left)}"
+    assert_none_left(tmp_path / "real", "the real master")
 
     problems = {i: (kind, call_errors(body)) for i, (kind, body, _) in enumerate(calls)
                 if call_errors(body)}  # fmt: skip

@@ -85,6 +85,16 @@ def processes_under(root: Path) -> list[int]:
     ]  # fmt: skip
 
 
+def assert_none_left(root: Path, what: str, seconds: float = 10.0) -> None:
+    """No process lies under `root` within `seconds` (a task's `mesos-containerizer launch`
+    may take a moment to exit after its agent stopped: seen 1 run in 3 after a KILL with a
+    grace); AssertionError naming them and `what` they outlived otherwise."""
+    deadline = time.monotonic() + seconds
+    while (left := processes_under(root)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"processes outlived {what}: {describe(left)}"
+
+
 def _alive(entry: Path) -> bool:
     """Not a zombie (a killed process its parent has not reaped yet)."""
     try:
