@@ -306,9 +306,6 @@ def test_a_broker_killed_and_restarted_readopts_its_tasks(tmp_path: Path, mesos:
     import subprocess
     import sys
 
-    from allocator.broker.client import BrokerClient
-    from allocator.broker.proto import pb
-
     state, ports = tmp_path / "state", {"http": free_port(), "grpc": free_port()}
     spark, log = sleeping_spark(tmp_path), tmp_path / "serve.log"
 
@@ -331,12 +328,7 @@ def test_a_broker_killed_and_restarted_readopts_its_tasks(tmp_path: Path, mesos:
     first = serve()
     try:
         wait_for(healthy, 60, "the broker to subscribe")
-        client = BrokerClient(f"127.0.0.1:{ports['grpc']}")
-        client.register(pb.RegisterRequest(
-            tenant_id="t", demand={"cpus": 2, "mem": 1024}, target=2,
-            launch=pb.ExecutorLaunch(driver_url="spark://CoarseGrainedScheduler@127.0.0.1:9",
-                                     app_id="t", cores=2, heap_mib=640),
-        ))  # fmt: skip
+        client = register_two_sleepers(ports["grpc"])
         running = lambda: sorted(t.task_id for t in mesos.tasks("TASK_RUNNING"))  # noqa: E731
         # t.1 and t.2 unless a launch failed on a loaded machine
         before = wait_for(lambda: len(ids := running()) == 2 and ids, 60, "two tasks running")
@@ -409,6 +401,21 @@ def serve_cli(master: str, state: Path, spark: str, ports: dict[str, int], log: 
         "--scheduler", "drf", "--allow-root",  # (CI runs as root; the agents do not switch)
         *extra,
     ], stdout=subprocess.DEVNULL, stderr=log.open("ab"), start_new_session=True)  # fmt: skip
+
+
+def register_two_sleepers(grpc_port: int):  # type: ignore[no-untyped-def]
+    """Tenant t, 2 cpus / 1 GiB a task, target 2 (executors that never reach a driver: with
+    `sleeping_spark` they sleep), registered at the broker's gRPC port; its client."""
+    from allocator.broker.client import BrokerClient
+    from allocator.broker.proto import pb
+
+    client = BrokerClient(f"127.0.0.1:{grpc_port}")
+    client.register(pb.RegisterRequest(
+        tenant_id="t", demand={"cpus": 2, "mem": 1024}, target=2,
+        launch=pb.ExecutorLaunch(driver_url="spark://CoarseGrainedScheduler@127.0.0.1:9",
+                                 app_id="t", cores=2, heap_mib=640),
+    ))  # fmt: skip
+    return client
 
 
 def broker_health(port: int) -> tuple[int, dict]:
@@ -537,21 +544,13 @@ def test_a_broker_whose_framework_the_master_removed_registers_anew(
     import os
     import signal
 
-    from allocator.broker.client import BrokerClient
-    from allocator.broker.proto import pb
-
     state, ports = tmp_path / "state", {"http": free_port(), "grpc": free_port()}
     spark, log = str(sleeping_spark(tmp_path)), tmp_path / "serve.log"
     id_file = state / "mesos-framework-id"
     first = serve_cli(mesos.address, state, spark, ports, log, "--failover-timeout", "1")
     try:
         wait_for(lambda: broker_health(ports["http"])[0] == 200, 60, "the broker to subscribe")
-        client = BrokerClient(f"127.0.0.1:{ports['grpc']}")
-        client.register(pb.RegisterRequest(
-            tenant_id="t", demand={"cpus": 2, "mem": 1024}, target=2,
-            launch=pb.ExecutorLaunch(driver_url="spark://CoarseGrainedScheduler@127.0.0.1:9",
-                                     app_id="t", cores=2, heap_mib=640),
-        ))  # fmt: skip
+        client = register_two_sleepers(ports["grpc"])
         wait_for(lambda: len(mesos.tasks("TASK_RUNNING")) == 2, 60, "two tasks running")
         (old,) = [f["id"] for f in mesos.frameworks()]
     finally:

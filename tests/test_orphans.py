@@ -16,8 +16,9 @@ import pytest
 from support.broker import AGENTS, PI, RecordingBackend, request
 from support.mesos import RecordingDriver, offer, tenant
 from support.sandbox import needs_bwrap, spark_home
+from support.standin import marked
 
-from allocator.backends.base import ExecutorState
+from allocator.backends.base import ExecutorState, LaunchSpec
 from allocator.backends.local import MARKER, LocalCluster
 from allocator.backends.mesos import MesosBackend, MesosOptions
 from allocator.backends.sandbox import SandboxConfig, SandboxMode
@@ -330,6 +331,15 @@ def test_local_executors_ending_at_once_rest_the_tenant_instead_of_relaunching(
         broker.stop()
 
 
+def _executor_spec() -> LaunchSpec:
+    """Executor 1 of tenant t on the first agent, for the embedded cluster's own tests."""
+    return LaunchSpec(
+        tenant_id="t", executor_id="1", agent=AGENTS[0].name, resources=dict(PI),
+        driver_url="spark://CoarseGrainedScheduler@127.0.0.1:4000", app_id="app-t",
+        cores=2, heap_mib=640,
+    )  # fmt: skip
+
+
 class _Statuses:
     """BackendEvents that records the executor states a backend reports."""
 
@@ -356,7 +366,6 @@ def test_the_local_backend_reports_a_kill_only_once_the_process_has_exited(
     period: KILLED (what returns the capacity) comes only after the SIGKILL, with the process
     gone."""
     from allocator.backends import local
-    from allocator.backends.base import LaunchSpec
 
     grace = 1.0
     monkeypatch.setattr(local, "KILL_GRACE_SECONDS", grace)
@@ -369,12 +378,7 @@ def test_the_local_backend_reports_a_kill_only_once_the_process_has_exited(
     events = _Statuses()
     cluster.start(events)
     try:
-        spec = LaunchSpec(
-            tenant_id="t", executor_id="1", agent=AGENTS[0].name, resources=dict(PI),
-            driver_url="spark://CoarseGrainedScheduler@127.0.0.1:4000", app_id="app-t",
-            cores=2, heap_mib=640,
-        )  # fmt: skip
-        pid = int(cluster.launch(spec))
+        pid = int(cluster.launch(_executor_spec()))
         started = tmp_path / "agents" / AGENTS[0].name / "t" / "executor-1" / "started"
         deadline = time.monotonic() + 10
         while not started.exists():  # SIGTERM is ignored from here on
@@ -395,22 +399,6 @@ def test_the_local_backend_reports_a_kill_only_once_the_process_has_exited(
         cluster.stop()
 
 
-def _marked_anywhere(workdir: Path) -> set[int]:
-    """Every running process (group leader or not) carrying this workdir's marker."""
-    found = set()
-    prefix, suffix = f"{MARKER}=".encode(), f"/{workdir.resolve()}".encode()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(item.startswith(prefix) and item.endswith(suffix) for item in environ):
-            found.add(int(entry.name))
-    return found
-
-
 @pytest.mark.parametrize("sandbox", ["none", pytest.param("bwrap", marks=needs_bwrap)])
 @pytest.mark.parametrize("ending", ["broker stops", "executor exits"])
 def test_a_worker_that_outlives_its_executor_is_not_orphaned(
@@ -421,7 +409,6 @@ def test_a_worker_that_outlives_its_executor_is_not_orphaned(
     or reports the exit, nothing carrying the executor's marker runs (without cgroups, which
     would end it anyway)."""
     from allocator.backends import local
-    from allocator.backends.base import LaunchSpec
 
     monkeypatch.setattr(local, "KILL_GRACE_SECONDS", 1.0)
     home = spark_home(
@@ -436,18 +423,13 @@ def test_a_worker_that_outlives_its_executor_is_not_orphaned(
     events = _Statuses()
     cluster.start(events)
     try:
-        spec = LaunchSpec(
-            tenant_id="t", executor_id="1", agent=AGENTS[0].name, resources=dict(PI),
-            driver_url="spark://CoarseGrainedScheduler@127.0.0.1:4000", app_id="app-t",
-            cores=2, heap_mib=640,
-        )  # fmt: skip
-        cluster.launch(spec)
+        cluster.launch(_executor_spec())
         worker = workdir / AGENTS[0].name / "t" / "executor-1" / "worker"
         wait_until(worker.exists)
-        assert len(_marked_anywhere(workdir)) >= 2  # the leader and its worker
+        assert len(marked(workdir, leaders=False)) >= 2  # the leader and its worker
         if ending == "executor exits":
             wait_until(lambda: any(s[2] is ExecutorState.FAILED for s in events.seen))
-            assert _marked_anywhere(workdir) == set()
+            assert marked(workdir, leaders=False) == set()
     finally:
         cluster.stop()
-    assert _marked_anywhere(workdir) == set()
+    assert marked(workdir, leaders=False) == set()

@@ -7,7 +7,6 @@ restarted broker keeps the reclaims it recorded."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 import urllib.request
@@ -17,10 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.broker import RecordingBackend, http, request
 from support.commands import one_line_error, run_fairbroker
 from support.polling import wait_for
-from support.standin import held, stand_in_spark
+from support.standin import held, marked, stand_in_spark
 
 from allocator.backends.base import AgentInfo, ExecutorState
-from allocator.backends.local import MARKER, LocalCluster
+from allocator.backends.local import LocalCluster
 from allocator.broker.core import Broker
 from allocator.broker.server import BrokerOptions, BrokerService
 from allocator.broker.store import Store
@@ -35,28 +34,6 @@ AGENTS = [
 SLOTS = 18
 DEMAND = {"cpus": 1.0, "mem": 512.0}
 TOKEN = "s3cret"
-
-
-def marked(workdir: Path, leaders: bool = True) -> set[int]:
-    """Live processes carrying this embedded cluster's marker, whatever the broker knows:
-    the executors (their process groups' leaders), or with leaders=False every process."""
-    found = set()
-    suffix = f"/{workdir.resolve()}".encode()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            if leaders and os.getpgid(int(entry.name)) != int(entry.name):
-                continue
-            environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
-            state = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and any(
-            item.startswith(f"{MARKER}=".encode()) and item.endswith(suffix) for item in environ
-        ):
-            found.add(int(entry.name))
-    return found
 
 
 def test_a_late_tenant_gets_its_fair_share_back_on_the_embedded_cluster(tmp_path: Path) -> None:

@@ -118,20 +118,18 @@ def _group_members(pgid: int) -> list[int]:
 
 
 def _still_running(pgid: int, marker: bytes) -> list[int]:
-    """Processes of group `pgid` that carry this executor's `marker` environment item
-    (a zombie's environment reads empty; a reused pid carries no marker)."""
+    """Processes of group `pgid`, its leader included, that carry this executor's `marker`
+    environment item (a zombie's environment reads empty; a reused pid carries no marker)."""
     out = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
+    for pid in [pgid, *_group_members(pgid)]:
         try:
-            if os.getpgid(int(entry.name)) != pgid:
-                continue
-            environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
+            if os.getpgid(pid) != pgid:
+                continue  # the leader's pid, reused outside the group
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
         if marker in environ:
-            out.append(int(entry.name))
+            out.append(pid)
     return out
 
 

@@ -33,7 +33,7 @@ from allocator.backends.mesos.driver import pymesos_driver
 from allocator.backends.mesos.link import REFUSAL_EVERY_S, Subscription, agent_silence_seconds
 from allocator.backends.mesos.offers import OfferBook, scalars
 from allocator.backends.mesos.options import AGENT_RETURN_MARGIN_S, ROLE_ATTRIBUTE, MesosOptions
-from allocator.backends.mesos.tasks import TERMINAL, TaskBook, task_id_of
+from allocator.backends.mesos.tasks import TERMINAL, Task, TaskBook, task_id_of
 from allocator.errors import FairbrokerError
 
 log = logging.getLogger(__package__)
@@ -375,21 +375,22 @@ class MesosBackend:
         with self._lock:
             tasks = self.tasks.given_up()
         for task in tasks:
-            spec = task.spec
             log.warning("task %s: its agent %s did not re-register within %.0f s; replacing it",
-                        task_id_of(spec.tenant_id, spec.executor_id), task.agent_id,
+                        task_id_of(task.spec.tenant_id, task.spec.executor_id), task.agent_id,
                         self.tasks.agent_return_grace)  # fmt: skip
+        self._replaced(tasks, lambda task: f"agent {task.agent_id} unknown to the master for "
+                       f"{self.tasks.agent_return_grace:.0f} s")  # fmt: skip
+
+    def _replaced(self, tasks: list[Task], why: Callable[[Task], str]) -> None:
+        """Tasks no longer the broker's through no fault of their tenants (their agent lost,
+        their framework removed): each reported failed, `launched=False` so its tenant is
+        not rested, and its agent's capacity reported again."""
+        for task in tasks:
             if self._events is not None:
-                self._events.status(
-                    TaskStatus(
-                        spec.tenant_id,
-                        spec.executor_id,
-                        ExecutorState.FAILED,
-                        f"agent {task.agent_id} unknown to the master for "
-                        f"{self.tasks.agent_return_grace:.0f} s",
-                        launched=False,
-                    )
-                )  # fmt: skip  (the agent's loss, not the tenant's failure: no rest)
+                self._events.status(TaskStatus(
+                    task.spec.tenant_id, task.spec.executor_id, ExecutorState.FAILED,
+                    why(task), launched=False,
+                ))  # fmt: skip
             with self._lock:
                 self.offers.report_capacity(task.agent_key)
         if tasks:
@@ -417,21 +418,10 @@ class MesosBackend:
 
     def _replace_removed_framework(self) -> None:
         """The master removed the framework and killed its tasks: each is reported failed
-        (replaced, without resting its tenant: not its failure), then a new framework
-        subscribes."""
+        (replaced), then a new framework subscribes."""
         with self._lock:
             tasks = self.tasks.framework_removed()
-        for task in tasks:
-            if self._events is not None:
-                self._events.status(TaskStatus(
-                    task.spec.tenant_id, task.spec.executor_id, ExecutorState.FAILED,
-                    "its Mesos framework was removed by the master", launched=False,
-                ))  # fmt: skip
-        with self._lock:
-            for key in {task.agent_key for task in tasks}:
-                self.offers.report_capacity(key)
-        if tasks:
-            self._emit()
+        self._replaced(tasks, lambda _: "its Mesos framework was removed by the master")
         self.subscription.reconnect()
 
     def _look_at_agents(self) -> None:
