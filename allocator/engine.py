@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from allocator import engine_bulk
+from allocator import engine_bulk, engine_direct
 from allocator.engine_alone import TasksAlone
 from allocator.engine_columns import (
     Columns,
@@ -50,11 +50,15 @@ from allocator.model import (
     held_demand_of,
     matches_constraints,
 )
-from allocator.policy import Selection, Ties, scheduler
+from allocator.policy import Selection, Ties, bestfit_index, scheduler
+from allocator.policy.base import Criterion
 from allocator.policy.levels import Level
 from allocator.policy.selection import FillInputs, Selector, make_selector
 from allocator.policy.tsf import TSF, whole_tasks
 from allocator.state import AllocationState, Grant, Mode
+
+#: Up to this many grants a run's record adds them one by one, beyond with `np.add.at`.
+FEW_GRANTS = 16
 
 
 class EngineError(FairbrokerError):
@@ -924,43 +928,16 @@ class Engine:
         local = local and (alone is not None or not isinstance(criterion, TSF))
         if local:
             columns = with_first_agent(self._candidates(), selection, Ties(self.ties))
-            state = self._columns_state(now, columns, alone)
-            selector: Selector | None
-            inputs = FillInputs(state, criterion, self.rng, self.ties, self.level, True)
-            if selection is Selection.RRR:
-                selector = ColumnsPass(inputs, self._agent_slots.size, columns)
-            elif selection in (Selection.BESTFIT, Selection.FIRSTFIT):
-                scope = self._scope(columns)
-                selector = ColumnsFirst(inputs, selection is Selection.BESTFIT, scope)
-            elif selection is Selection.RANDOM:
-                from allocator.engine_random import ColumnsRandom  # compiled: on first use
-
-                selector = ColumnsRandom(inputs, self._agent_slots.size, columns)
-            else:  # joint, FUGA: what they choose from is feasible pairs only
-                selector = make_selector(
-                    selection, state, criterion, self.rng, self.ties, self.level, True,
-                    self.policy_params,
-                )  # fmt: skip
         else:
             columns = np.arange(self._agent_slots.size)
-            state = self.snapshot(now)
-            selector = None
-        if isinstance(selector, ColumnsFirst) and engine_bulk.applies(selector):
-            grants = engine_bulk.fill(selector, max_grants)
-        else:
-            grants = progressive_fill(
-                state,
-                criterion,
-                self.selection,
-                self.rng,
-                self.ties,
-                level=self.level,
-                single_offer=oblivious,
-                max_grants=max_grants,
-                agent_pass=True,
-                params=self.policy_params,
-                selector=selector,
-            )
+        grants: list[Grant] | None = None
+        state: AllocationState | None = None
+        selector: Selector | None = None
+        if local and self._direct_applies(criterion, selection, level):
+            grants = engine_direct.fill(self._direct_run(columns), self.rng, max_grants)
+        if grants is None:
+            state, selector = self._run_state(now, columns, local, alone, criterion, selection)
+            grants = self._usual_fill(state, selector, criterion, max_grants)
         self.runs += 1
         out = self._record(grants, state, columns, now)
         stopped = max_grants is not None and len(out) >= max_grants
@@ -981,6 +958,92 @@ class Engine:
         if stopped:
             self.run_now = self._dirty = True
         return out
+
+    def _run_state(
+        self, now: float, columns: np.ndarray, local: bool, alone: np.ndarray | None,
+        criterion: Criterion, selection: Selection,
+    ) -> tuple[AllocationState, Selector | None]:  # fmt: skip
+        """A run's state over `columns` (`local`: the candidates; else a dense snapshot) and
+        the selector that serves it (None: `progressive_fill` makes its own)."""
+        if not local:
+            return self.snapshot(now), None
+        state = self._columns_state(now, columns, alone)
+        inputs = FillInputs(state, criterion, self.rng, self.ties, self.level, True)
+        if selection is Selection.RRR:
+            return state, ColumnsPass(inputs, self._agent_slots.size, columns)
+        if selection in (Selection.BESTFIT, Selection.FIRSTFIT):
+            scope = self._scope(columns)
+            return state, ColumnsFirst(inputs, selection is Selection.BESTFIT, scope)
+        if selection is Selection.RANDOM:
+            from allocator.engine_random import ColumnsRandom  # compiled: on first use
+
+            return state, ColumnsRandom(inputs, self._agent_slots.size, columns)
+        # joint, FUGA: what they choose from is feasible pairs only
+        return state, make_selector(
+            selection, state, criterion, self.rng, self.ties, self.level, True,
+            self.policy_params,
+        )  # fmt: skip
+
+    def _usual_fill(
+        self, state: AllocationState, selector: Selector | None, criterion: Criterion,
+        max_grants: int | None,
+    ) -> list[Grant]:  # fmt: skip
+        """The run's grants (agents as positions in the state): the compiled BF-DRF loop
+        where it applies, else progressive filling with the selector."""
+        if isinstance(selector, ColumnsFirst) and engine_bulk.applies(selector):
+            return engine_bulk.fill(selector, max_grants)
+        return progressive_fill(
+            state,
+            criterion,
+            self.selection,
+            self.rng,
+            self.ties,
+            level=self.level,
+            single_offer=self.mode is Mode.OBLIVIOUS,
+            max_grants=max_grants,
+            agent_pass=True,
+            params=self.policy_params,
+            selector=selector,
+        )
+
+    def _direct_applies(self, criterion: Criterion, selection: Selection, level: Level) -> bool:
+        """Whether `engine_direct` makes this run: characterized BF-DRF at role level with
+        random ties, no constraint or refuse filter (every active framework eligible on
+        every agent), over the candidates (the caller checked `local`)."""
+        return (
+            engine_direct.ENABLED
+            and self.mode is Mode.CHARACTERIZED
+            and criterion.name == "drf"
+            and selection is Selection.BESTFIT
+            and level is Level.ROLE
+            and Ties(self.ties) is Ties.RANDOM
+            and bestfit_index.COMPILED
+            and not self._rows
+            and not self.filters
+        )
+
+    def _direct_run(self, columns: np.ndarray) -> engine_direct.DirectRun:
+        n_f, n_a = self._framework_slots.size, self._agent_slots.size
+        total, tol = self._totals()
+        rows = self._framework_rows()
+        return engine_direct.DirectRun(
+            count=self._count[:n_f],
+            used=self._used[:n_a],
+            capacity=self._capacity[:n_a],
+            columns=columns,
+            active=rows.active,
+            limit=np.where(self._active[:n_f], self._target[:n_f], 0.0),
+            held_demand=rows.held_demand,
+            fit_demand=rows.fit_demand,
+            floor=self._fit_floor(rows, tol),
+            known=self._known[:n_f],
+            weight=rows.weight,
+            role_of=rows.role_of,
+            role_weight=self._role_weight(self._roles),
+            total=total,
+            tol=tol,
+            scope=self._scope(columns),
+        )
 
     def _columns_state(
         self, now: float, columns: np.ndarray, alone: np.ndarray | None = None
@@ -1090,28 +1153,41 @@ class Engine:
         return self._sums[1], self._sums[2]
 
     def _record(
-        self, grants: list[Grant], state: AllocationState, columns: np.ndarray, now: float
-    ) -> list[EngineGrant]:
+        self, grants: list[Grant], state: AllocationState | None, columns: np.ndarray,
+        now: float,
+    ) -> list[EngineGrant]:  # fmt: skip
         """Write a run's grants (agents as positions in `columns`) into the engine."""
         if not grants:
             return []
         oblivious = self.mode is Mode.OBLIVIOUS
-        agent_names, framework_names = self._slot_names()
+        # The names by slot as the slots keep them (not `_slot_names`' tuples, made again
+        # after every registration: nearly every run in a backlog).
+        agent_names, framework_names = self._agent_slots.names, self._framework_slots.names
         slots, positions, counts = zip(*grants, strict=True)
-        frameworks = np.array(slots, dtype=np.int64)
-        agents = np.take(columns, positions)
-        tasks = np.array(counts, dtype=np.int64)
-        # In grant order, as one grant after another adds them.
-        np.add.at(self._count, frameworks, tasks)
-        np.add.at(self._used, agents, tasks[:, None] * self._demand[frameworks])
+        agents = np.take(columns, positions).tolist()
+        # In grant order, as one grant after another adds them (the same sums either way;
+        # a few grants, the usual run in a backlog, cost less one by one).
+        if len(grants) <= FEW_GRANTS:
+            count, used, demand = self._count, self._used, self._demand
+            for n, i, t in zip(slots, agents, counts, strict=True):
+                count[n] += t
+                used[i] += t * demand[n]
+        else:
+            frameworks = np.array(slots, dtype=np.int64)
+            tasks = np.array(counts, dtype=np.int64)
+            np.add.at(self._count, frameworks, tasks)
+            np.add.at(self._used, agents, tasks[:, None] * self._demand[frameworks])
         out = []
-        for n, i, t, c in zip(slots, agents.tolist(), counts, positions, strict=True):
+        for n, i, t, c in zip(slots, agents, counts, positions, strict=True):
             f, a = framework_names[n], agent_names[i]
-            self._set_tasks(n, i, self._placed.get(n, {}).get(i, 0) + t)
+            placed = self._placed.setdefault(n, {})
+            placed[i] = held = placed.get(i, 0) + t
+            self._hosted.setdefault(i, {})[n] = held
             if oblivious:
                 # The tenant keeps whole tasks and declines the rest of the offer; from now
                 # on the allocator knows its demand from what it launched.
                 self._known[n] = self.frameworks[f].demand
+                assert state is not None  # (the direct run is characterized)
                 self._decline(f, a, state.withheld[c], now)
             out.append(EngineGrant(f, a, t, dict(self._held[n])))
         self.grants_total += len(out)

@@ -20,10 +20,14 @@ from allocator.engine_config import EngineConfig
 
 log = logging.getLogger(__name__)
 
-#: Two agents of different shapes, and two tenants in two roles with different demands:
-#: enough for every selector and criterion to take its compiled paths at least once.
+#: Two agents of different shapes, and three tenants in three roles with different demands,
+#: the last not declaring it (in characterized mode a run that meets it is made the usual
+#: way, not from the engine's arrays: `engine_direct`): enough for every selector and
+#: criterion to take its compiled paths at least once.
 AGENTS = ({"cpus": 4.0, "mem": 4096.0}, {"cpus": 8.0, "mem": 2048.0})
-TENANTS = (("warm-a", {"cpus": 1.0, "mem": 256.0}), ("warm-b", {"cpus": 0.5, "mem": 768.0}))
+TENANTS = (("warm-a", {"cpus": 1.0, "mem": 256.0}, None),
+           ("warm-b", {"cpus": 0.5, "mem": 768.0}, None),
+           ("warm-c", {"cpus": 0.5, "mem": 512.0}, False))  # fmt: skip
 
 
 def warm(config: EngineConfig, resources: Sequence[str]) -> float:
@@ -34,9 +38,9 @@ def warm(config: EngineConfig, resources: Sequence[str]) -> float:
         engine = Engine(tuple(resources), config)
         for i, amounts in enumerate(AGENTS):
             engine.add_agent(f"warm-{i}", {r: amounts.get(r, 1.0) for r in resources})
-        for name, demand in TENANTS:
+        for name, demand, declared in TENANTS:
             engine.register(name, {r: demand.get(r, 0.0) for r in resources}, role=name,
-                            target=3)  # fmt: skip
+                            target=3, declared=declared, require_fit=False)  # fmt: skip
         grants = engine.allocate(0.0)
         if grants:
             engine.release(grants[0].framework, grants[0].agent, 1)

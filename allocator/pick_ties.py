@@ -71,12 +71,15 @@ def ties_of(keys: np.ndarray, start: np.ndarray):  # type: ignore[no-untyped-def
     n = keys.shape[0]
     n_s = start.shape[0] - 1
     segment = np.empty(n, dtype=np.int64)
+    order = np.empty(n, dtype=np.int64)  # each segment's items by key, ties in index order
     for s in range(n_s):
-        segment[start[s] : start[s + 1]] = s
-    ties = (
+        a, b = start[s], start[s + 1]
+        segment[a:b] = s
+        _sorted_into(keys, a, b, order)
+    return (
         start,
         keys.copy(),
-        np.arange(n),  # order: each segment's items by key, ties in index order
+        order,
         start[:-1].copy(),  # low: the first item of the sorted order not gone
         start[:-1].copy(),  # admit: the sorted items before it were admitted
         np.zeros(n, dtype=np.bool_),  # gone
@@ -85,26 +88,21 @@ def ties_of(keys: np.ndarray, start: np.ndarray):  # type: ignore[no-untyped-def
         np.zeros(n_s, dtype=np.int64),  # tied: each segment's counted items
         segment,
     )
-    for s in range(n_s):
-        _sort(ties, s)
-    return ties
 
 
 @njit
-def _sort(ties, s: int) -> None:  # type: ignore[no-untyped-def]
-    start, keys, order, low, admit, _, _, _, _, _ = ties
-    a, b = start[s], start[s + 1]
+def _sorted_into(keys: np.ndarray, a: int, b: int, order: np.ndarray) -> None:
+    """order[a:b] = items a..b-1 by key, ties in index order (a stable sort), without the
+    tuple of `ties_of` passed per segment (each call counted references to its ten arrays)."""
     if b - a <= SMALL:  # insertion sort: stable, and no allocation
         for j in range(a, b):
-            item = j
             i = j
-            while i > a and keys[order[i - 1]] > keys[item]:
+            while i > a and keys[order[i - 1]] > keys[j]:
                 order[i] = order[i - 1]
                 i -= 1
-            order[i] = item
+            order[i] = j
     else:
         order[a:b] = a + np.argsort(keys[a:b], kind="mergesort")
-    low[s] = admit[s] = a
 
 
 @leaf

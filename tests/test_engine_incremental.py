@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocator import engine_bulk, engine_random
+from allocator import engine_bulk, engine_direct, engine_random
 from allocator.engine import Engine, EngineError
 from allocator.engine_config import EngineConfig
 from allocator.policy import bestfit_index
@@ -155,33 +155,47 @@ COMPILED_CONFIGS = st.builds(
     data=st.data(),
     log=st.sampled_from([engine_bulk.LOG, 1, 3]),
     tree_from=st.sampled_from([bestfit_index.TREE_MIN, 1]),
+    direct=st.booleans(),
 )
 def test_compiled_fill_same_grants_run_by_run(
-    config: EngineConfig, data: st.DataObject, log: int, tree_from: int
+    config: EngineConfig, data: st.DataObject, log: int, tree_from: int, direct: bool
 ) -> None:
     """A grant log shorter than a run re-enters the loop mid-run; half the examples read
-    the best fit after a grant from the min tree whatever the run's size."""
+    the best fit after a grant from the min tree whatever the run's size; half build the
+    run's state from the engine's arrays (`engine_direct`), half the usual way."""
     with mock.patch.object(engine_bulk, "LOG", log), mock.patch.object(
         bestfit_index, "TREE_MIN", tree_from
-    ):
+    ), mock.patch.object(engine_direct, "ENABLED", direct):
         same_grants_run_by_run(config, data, undeclared=True)
 
 
-def test_compiled_fill_hands_steps_back_and_re_enters() -> None:
+@pytest.mark.parametrize("direct", [False, True])
+def test_compiled_fill_hands_steps_back_and_re_enters(direct: bool) -> None:
     """Hand-built: three roles on mixed agents, two tenants that declare nothing (their
     lookups go back to Python), a grant log of 5 (the loop re-enters mid-run): the same
-    grants as the reference engine, run after run, and every kind of return is seen."""
+    grants as the reference engine, run after run, and every kind of return is seen. With
+    `engine_direct`, the run that meets an undeclared tenant is made again the usual way
+    from where it started, and the other runs are its own."""
     statuses: list[int] = []
     loop = engine_bulk._fill
+    direct_runs: list[bool] = []
+    run = engine_direct._run
 
     def recorded(*args):  # type: ignore[no-untyped-def]
         statuses.append(loop(*args))
         return statuses[-1]
 
+    def direct_run(*args):  # type: ignore[no-untyped-def]
+        done, frameworks, agents = run(*args)
+        direct_runs.append(done)
+        return done, frameworks, agents
+
     config = EngineConfig.mesos("bfdrf", seed=2)
     new, old = Engine(("cpus", "mem"), config), reference.Engine(("cpus", "mem"), config)
     with mock.patch.object(engine_bulk, "LOG", 5), mock.patch.object(
         engine_bulk, "_fill", recorded
+    ), mock.patch.object(engine_direct, "ENABLED", direct), mock.patch.object(
+        engine_direct, "_run", direct_run
     ):
         for i in range(12):
             capacity = {"cpus": [4.0, 8.0, 2.0][i % 3], "mem": [8.0, 4.0, 2.0][i % 3]}
@@ -194,8 +208,14 @@ def test_compiled_fill_hands_steps_back_and_re_enters() -> None:
         for grant in made[:9]:
             _both(new, old, "release", grant.framework, grant.agent, 1)
         _both(new, old, "allocate", 1.0)
+        for k in (2, 5):  # the undeclared tenants leave: the next runs need no Python step
+            _both(new, old, "unregister", f"t{k}")
+        for grant in made[9:15]:
+            _both(new, old, "release", grant.framework, grant.agent, 1)
+        _both(new, old, "allocate", 2.0)
     assert len(made) > 20
     assert {engine_bulk.DONE, engine_bulk.FULL, engine_bulk.LOOKUP} <= set(statuses)
+    assert direct_runs == ([False, False, True] if direct else [])
 
 
 def same_grants_run_by_run(

@@ -13,19 +13,21 @@ from allocator.engine_warmup import warm
 
 
 def test_warm_up_compiles_bf_drfs_compiled_fill() -> None:
-    """In a fresh interpreter (this one may have compiled it already): nothing before the
-    warm-up, BF-DRF's compiled fill after it."""
+    """In a fresh interpreter (this one may have compiled them already): nothing before the
+    warm-up, BF-DRF's compiled fill after it, both as the usual run calls it (drawing on a
+    Generator) and inside the run from the engine's arrays (drawing on its state)."""
     script = (
-        "from allocator import engine_bulk\n"
+        "from allocator import engine_bulk, engine_direct\n"
         "from allocator.engine_config import EngineConfig\n"
         "from allocator.engine_warmup import warm\n"
-        "before = len(engine_bulk._fill.signatures)\n"
+        "kernels = (engine_bulk._fill, engine_direct._run)\n"
+        "before = [len(k.signatures) for k in kernels]\n"
         "warm(EngineConfig('bfdrf'), ('cpus', 'mem'))\n"
-        "print(before, len(engine_bulk._fill.signatures))\n"
+        "print(*before, *[len(k.signatures) for k in kernels])\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=600, check=True)  # fmt: skip
-    assert done.stdout.split() == ["0", "1"], done.stdout + done.stderr
+    assert done.stdout.split() == ["0", "0", "2", "1"], done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("name", ["drf", "psdsf", "rpsdsf", "tsf", "bfdrf"])
