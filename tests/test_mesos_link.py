@@ -356,10 +356,12 @@ def test_a_master_restart_logs_one_line_per_reconnect_attempt(tmp_path: Path) ->
     for (at, sleep), (next_at, _) in itertools.pairwise(attempts):
         assert next_at - at >= sleep, (at, sleep, next_at, text)  # one line per attempt
     # the broker's own lines about the link: once per event (lost, regained, lost at the
-    # stop), not once per attempt
+    # stop), not once per attempt. A master still going down may take one subscription
+    # before it closes (seen once, on a loaded machine: lost, regained, lost again at once).
     link = Counter(m for _, _, name, m in records if name == "allocator.backends.mesos")
-    assert link["disconnected from the Mesos master"] == 2, text
-    assert sum(n for m, n in link.items() if m.startswith("re-registered with Mesos")) == 1, text
+    regained = sum(n for m, n in link.items() if m.startswith("re-registered with Mesos"))
+    assert link["disconnected from the Mesos master"] == regained + 1, text
+    assert 1 <= regained <= 2, text
 
 
 def _sleeping_spark(tmp_path: Path) -> Path:
