@@ -27,6 +27,7 @@ from allocator import engine_bulk, pcg64
 from allocator.engine_bulk import DONE, FULL, _fill
 from allocator.engine_columns import _drf_share
 from allocator.jit import njit
+from allocator.policy import min_tree
 from allocator.policy.bestfit_index import TREE_MIN
 from allocator.state import Grant
 
@@ -103,7 +104,7 @@ def _run(count_in: np.ndarray, used: np.ndarray, capacity: np.ndarray, columns: 
     for n in range(n_f):
         wanting[n] = runnable[n] and count[n] < limit[n]
     active = runnable.copy()  # the selector's: retired for this fill
-    eligible = np.broadcast_to(runnable.copy().reshape(n_f, 1), (n_f, n_a))
+    eligible = np.broadcast_to(runnable.reshape(n_f, 1), (n_f, n_a))  # (read-only)
     # The candidates, grouped by role in slot order (`ColumnsFirst.prepare_compiled`'s
     # stable sort, by counting), and the kept shares the fill reads (`KeptShares`): those of
     # the candidates and of their roles (summed over the role's frameworks in slot order,
@@ -144,10 +145,7 @@ def _run(count_in: np.ndarray, used: np.ndarray, capacity: np.ndarray, columns: 
     built = np.zeros(n_r, dtype=np.bool_)
     distance = np.empty(n_a)
     tied = np.empty(n_a, dtype=np.int64)
-    size = 1
-    while size < n_a:  # `min_tree.leaves`
-        size *= 2
-    tree = np.empty(2 * size)
+    tree = np.empty(2 * min_tree.leaves(n_a))
     tree_kept = np.array([TREE_MIN, 0, 0], dtype=np.int64)
     changed_at = np.ones(n_a, dtype=np.int64)
     ints = np.zeros(3, dtype=np.int64)
